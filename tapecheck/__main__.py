@@ -1,0 +1,3 @@
+from tapecheck.cli import main
+
+main()

@@ -1,0 +1,57 @@
+"""The one finding type shared by the linter and the runtime probe.
+
+Plain data only (no libcst nodes, no tensors), so findings can be cached,
+serialized, compared in tests and printed by any reporter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    path: str
+    line: int  # 1-based
+    col: int  # 1-based
+    code: str  # e.g. "TAP101"
+    message: str
+    hint: str = ""  # what to do about it, one sentence
+    origin: str = "lint"  # "lint" or "probe"
+    count: int = 1  # the probe folds repeats of one (site, cause) into a count
+    cell: int | None = None  # notebook cell (1-based) when path is an .ipynb
+    details: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def name(self) -> str:
+        from tapecheck.rules import RULES_BY_CODE
+
+        rule = RULES_BY_CODE.get(self.code)
+        return rule.name if rule else ""
+
+    def location(self) -> str:
+        if self.cell is not None:
+            return f"{self.path}:cell {self.cell}:{self.line}:{self.col}"
+        return f"{self.path}:{self.line}:{self.col}"
+
+    def format(self) -> str:
+        text = f"{self.location()}: {self.code} {self.message}"
+        if self.count > 1:
+            text += f" ({self.count} times)"
+        return text
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["name"] = self.name
+        return data
+
+
+@dataclass(frozen=True, order=True)
+class FileError:
+    """A file that could not be linted: unreadable, not UTF-8, not Python..."""
+
+    path: str
+    message: str
+
+    def format(self) -> str:
+        return f"{self.path}: error: {self.message}"

@@ -1,0 +1,122 @@
+"""Lint source text and files: read, screen, parse once, extract facts, run every rule.
+
+Bad input never raises out of here: each file that cannot be linted becomes a
+`FileError` naming the problem, and the other files go on.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from tapecheck.findings import FileError, Finding
+from tapecheck.rules import RULES, Rule
+
+MAX_FILE_BYTES = 10 * 1024 * 1024  # larger files are generated code, not training loops
+
+
+class LintError(Exception):
+    """A file that cannot be linted; the message names the problem, not the file."""
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+    files_checked: int = 0
+
+    def extend(self, other: "Report") -> None:
+        self.findings.extend(other.findings)
+        self.errors.extend(other.errors)
+        self.files_checked += other.files_checked
+
+
+def triggers(rules: Sequence[Rule]) -> tuple[bytes, ...]:
+    """Byte strings at least one of which must occur in a file for these rules to fire."""
+    out: list[bytes] = []
+    for rule in rules:
+        out.extend(getattr(rule.module, "TRIGGERS", ()))
+    return tuple(dict.fromkeys(out))
+
+
+def may_fire(source: bytes, rules: Sequence[Rule]) -> bool:
+    """The cheap screen: skip parsing files that mention nothing any rule looks at."""
+    return any(trigger in source for trigger in triggers(rules))
+
+
+def parse(source: bytes):
+    """Parse bytes with libcst (which honours coding cookies and BOMs)."""
+    import libcst as cst
+
+    if b"\0" in source[:8192]:
+        raise LintError("binary file (contains NUL bytes), not Python source")
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise LintError(f"syntax error at line {exc.raw_line}, column {exc.raw_column + 1}: {exc.message}") from None
+    except UnicodeDecodeError as exc:
+        raise LintError(f"cannot decode as {exc.encoding} at byte {exc.start}; declare the encoding with a coding cookie") from None
+    except (LookupError, SyntaxError) as exc:
+        raise LintError(f"cannot read source: {exc}") from None
+    except RecursionError:
+        raise LintError("expression nested too deeply to parse") from None
+
+
+def lint_source(source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule] = RULES) -> list[Finding]:
+    """Findings for one file's source, sorted by position. Raises LintError on bad input."""
+    from tapecheck.lint.extract import extract
+
+    if isinstance(source, str):
+        source = source.encode("utf-8")
+    if not may_fire(source, rules):
+        return []
+    module = parse(source)
+    try:
+        facts = extract(module, path)
+    except RecursionError:
+        raise LintError("code nested too deeply to analyse") from None
+    findings: set[Finding] = set()
+    for rule in rules:
+        if rule.check is not None:
+            findings.update(rule.check(facts))
+    return sorted(findings)
+
+
+def read_source(path: str) -> bytes:
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            raise LintError(f"file too large to lint ({size / 2**20:.1f} MiB, limit {MAX_FILE_BYTES // 2**20} MiB)")
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise LintError("no such file (deleted while linting?)") from None
+    except IsADirectoryError:
+        raise LintError("is a directory, not a file") from None
+    except PermissionError:
+        raise LintError("permission denied") from None
+    except OSError as exc:
+        raise LintError(f"cannot read: {exc.strerror or exc}") from None
+
+
+def lint_file(path: str, rules: Sequence[Rule] = RULES) -> Report:
+    report = Report(files_checked=1)
+    try:
+        report.findings = lint_source(read_source(path), path, rules)
+    except LintError as exc:
+        report.errors.append(FileError(path, str(exc)))
+    return report
+
+
+def lint_paths(paths: Iterable[str], rules: Sequence[Rule] = RULES) -> Report:
+    from tapecheck.lint.files import discover
+
+    report = Report()
+    files, errors = discover(paths)
+    report.errors.extend(errors)
+    for path in files:
+        report.extend(lint_file(path, rules))
+    report.findings.sort()
+    report.errors.sort()
+    return report

@@ -1,0 +1,483 @@
+"""One walk over a libcst tree that records the facts every rule reads.
+
+The walk is hand-steered for compound statements (so each suite becomes a
+Block) and generic for expressions. Names are resolved from the file's own
+imports only: libcst's scope and qualified-name providers cost about ten
+times the parse on real trees, and the rules need a handful of TensorFlow and
+Keras names, which imports alone resolve.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from tapecheck.lint.facts import Assign, Block, Call, Exit, Expr, FileFacts, Site, Tape, Use
+
+TAPE_CLASSES = frozenset(
+    {
+        "tensorflow.GradientTape",
+        "tensorflow.autodiff.GradientTape",
+        "tensorflow.compat.v2.GradientTape",
+        "tensorflow.compat.v1.GradientTape",
+        "tensorflow.python.eager.backprop.GradientTape",
+        "backprop.GradientTape",  # TensorFlow's own sources, after `from ...eager import backprop`
+    }
+)
+# Calls whose arguments are consumed by a computation (for "used in a computation").
+COMPUTE_PREFIXES = ("tensorflow.", "numpy.", "math.", "keras.ops.")
+
+
+def dotted_name(node: cst.BaseExpression) -> str:
+    """`a.b.c` for a chain of names, "" for anything else."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return ""
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def literal(node: cst.BaseExpression):
+    """The value of a literal True/False/None/number, else a sentinel."""
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, cst.Integer):
+        return int(node.value.replace("_", ""), 0) if node.value.isdigit() else node.value
+    if isinstance(node, (cst.SimpleString,)):
+        return node.evaluated_value
+    return NOT_LITERAL
+
+
+NOT_LITERAL = object()
+
+
+class FactsBuilder(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.facts = FileFacts(path=path)
+        self._order = 0
+        self._block_stack: list[int] = []
+        self._context: list[str] = ["other"]
+        self._comprehension = 0
+
+    # -- helpers ------------------------------------------------------------
+    def _pos(self, node: cst.CSTNode):
+        return self.get_metadata(PositionProvider, node)
+
+    def _site(self, node: cst.CSTNode) -> Site:
+        self._order += 1
+        start = self._pos(node).start
+        return Site(start.line, start.column + 1, self._order, self._block_stack[-1], self._comprehension > 0)
+
+    @contextmanager
+    def _block(self, kind: str, node: cst.CSTNode, **extra):
+        facts = self.facts
+        parent = self._block_stack[-1] if self._block_stack else None
+        position = self._pos(node)
+        block_id = len(facts.blocks)
+        if kind in ("module", "function", "class"):
+            scope = block_id
+        else:
+            scope = facts.blocks[parent].scope
+        facts.blocks.append(
+            Block(block_id, kind, parent, scope, position.start.line, position.end.line, **extra)
+        )
+        self._block_stack.append(block_id)
+        try:
+            yield facts.blocks[block_id]
+        finally:
+            self._block_stack.pop()
+
+    @contextmanager
+    def _in_context(self, context: str):
+        self._context.append(context)
+        try:
+            yield
+        finally:
+            self._context.pop()
+
+    def _visit(self, node: cst.CSTNode | None, context: str | None = None):
+        if node is None:
+            return
+        if context is None:
+            node.visit(self)
+        else:
+            with self._in_context(context):
+                node.visit(self)
+
+    def _visit_body(self, kind: str, suite: cst.CSTNode, owner: cst.CSTNode | None = None, **extra):
+        with self._block(kind, owner or suite, **extra) as block:
+            suite.visit(self)
+        return block
+
+    def summarize(self, node: cst.BaseExpression, depth: int = 0) -> Expr:
+        facts = self.facts
+        text = dotted_name(node)
+        if text:
+            kind = "name" if isinstance(node, cst.Name) else "attribute"
+            value = literal(node)
+            return Expr(kind, text, value=None if value is NOT_LITERAL else value)
+        if isinstance(node, cst.Call):
+            func_text = dotted_name(node.func)
+            keywords = {}
+            for arg in node.args:
+                if arg.keyword is not None and depth < 2:
+                    keywords[arg.keyword.value] = self.summarize(arg.value, depth + 1)
+            method = node.func.attr.value if isinstance(node.func, cst.Attribute) else ""
+            receiver = func_text.rsplit(".", 1)[0] if method and func_text else ""
+            return Expr(
+                "call", "", callee=facts.resolve(func_text) if func_text else "",
+                method=method, receiver=receiver, keywords=keywords,
+            )
+        if isinstance(node, (cst.List, cst.Tuple)) and depth < 2:
+            elements = tuple(
+                self.summarize(el.value, depth + 1) for el in node.elements if isinstance(el, cst.Element)
+            )
+            return Expr("list" if isinstance(node, cst.List) else "tuple", "", elements=elements)
+        if isinstance(node, cst.Subscript):
+            elements = node.slice
+            tensor_slice = any(
+                isinstance(el.slice, cst.Index) and isinstance(el.slice.value, cst.Ellipsis)
+                for el in elements
+            ) or (len(elements) > 1 and any(isinstance(el.slice, cst.Slice) for el in elements))
+            return Expr("subscript", dotted_name(node.value), tensor_slice=tensor_slice)
+        if isinstance(node, (cst.BinaryOperation, cst.UnaryOperation)):
+            return Expr("binop", "")
+        value = literal(node)
+        if value is not NOT_LITERAL:
+            return Expr("constant", "", value=value)
+        return Expr("other", "")
+
+    def _bind(self, target: cst.BaseExpression, value: Expr | None, kind: str, site_node: cst.CSTNode):
+        """Record the names a target binds (tuple unpacking included)."""
+        if isinstance(target, (cst.Tuple, cst.List)):
+            elements = [el.value for el in target.elements]
+            values = value.elements if value is not None and len(value.elements) == len(elements) else None
+            for index, element in enumerate(elements):
+                if isinstance(element, cst.StarredElement):
+                    element = element.value
+                self._bind(element, values[index] if values else None, kind, site_node)
+            return None
+        name = dotted_name(target)
+        if name:
+            site = self._site(site_node)
+            self.facts.assigns.append(Assign(name, site, value, kind))
+            return site
+        # a subscript or an attribute of a call: a store into something, read it as a use
+        self._visit(target, "other")
+        return None
+
+    def _tape_from_call(self, call: cst.Call) -> tuple[bool | None, bool | None] | None:
+        """(persistent, watch_accessed_variables) when `call` makes a GradientTape."""
+        name = dotted_name(call.func)
+        if not name or self.facts.resolve(name) not in TAPE_CLASSES:
+            return None
+        flags = {"persistent": False, "watch_accessed_variables": True}
+        for index, arg in enumerate(call.args):
+            key = arg.keyword.value if arg.keyword else ("persistent", "watch_accessed_variables")[min(index, 1)]
+            if arg.star or key not in flags:
+                continue
+            value = literal(arg.value)
+            flags[key] = value if isinstance(value, bool) else None
+        return flags["persistent"], flags["watch_accessed_variables"]
+
+    # -- module, functions, classes ------------------------------------------
+    def visit_Module(self, node: cst.Module):
+        with self._block("module", node):
+            for statement in node.body:
+                statement.visit(self)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef):
+        for decorator in node.decorators:
+            self._visit(decorator)
+        self._visit(node.params)  # default values are read here; names are bound below
+        self._bind(node.name, None, "def", node)
+        decorators = tuple(
+            self.facts.resolve(dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator))
+            for d in node.decorators
+        )
+        with self._block("function", node, name=node.name.value, decorators=decorators):
+            params = node.params
+            for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+                self._bind(param.name, None, "param", param)
+            for star in (params.star_arg, params.star_kwarg):
+                if isinstance(star, cst.Param):
+                    self._bind(star.name, None, "param", star)
+            node.body.visit(self)
+        return False
+
+    def visit_Param(self, node: cst.Param):
+        self._visit(node.default)
+        self._visit(node.annotation)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda):
+        self._comprehension += 1  # a lambda body runs later, maybe many times
+        self._visit(node.body)
+        self._comprehension -= 1
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef):
+        for decorator in node.decorators:
+            self._visit(decorator)
+        for arg in node.bases:
+            self._visit(arg.value)
+        self._bind(node.name, None, "def", node)
+        bases = tuple(self.facts.resolve(dotted_name(arg.value)) for arg in node.bases if dotted_name(arg.value))
+        with self._block("class", node, name=node.name.value, bases=bases):
+            node.body.visit(self)
+        return False
+
+    # -- compound statements ---------------------------------------------------
+    def visit_If(self, node: cst.If):
+        self._visit(node.test, "other")
+        self._visit_body("if", node.body)
+        if node.orelse is not None:
+            orelse = node.orelse
+            body = orelse if isinstance(orelse, cst.If) else orelse.body
+            self._visit_body("else", body, owner=orelse)
+        return False
+
+    def visit_For(self, node: cst.For):
+        self._visit(node.iter, "other")
+        with self._block("for", node.body):
+            self._bind(node.target, self.summarize(node.iter), "for", node.target)
+            node.body.visit(self)
+        if node.orelse is not None:
+            self._visit_body("else", node.orelse.body, owner=node.orelse)
+        return False
+
+    def visit_While(self, node: cst.While):
+        with self._block("while", node.body):
+            self._visit(node.test, "other")
+            node.body.visit(self)
+        if node.orelse is not None:
+            self._visit_body("else", node.orelse.body, owner=node.orelse)
+        return False
+
+    def visit_Try(self, node: cst.Try | cst.TryStar):
+        self._visit_body("try", node.body)
+        for handler in node.handlers:
+            self._visit(handler.type, "other")
+            with self._block("except", handler.body):
+                if handler.name is not None:
+                    self._bind(handler.name.name, None, "except", handler.name)
+                handler.body.visit(self)
+        if node.orelse is not None:
+            self._visit_body("else", node.orelse.body, owner=node.orelse)
+        if node.finalbody is not None:
+            self._visit_body("finally", node.finalbody.body, owner=node.finalbody)
+        return False
+
+    visit_TryStar = visit_Try
+
+    def visit_With(self, node: cst.With):
+        facts = self.facts
+        recording: list[int] = []
+        paused: list[int] = []
+        for item in node.items:
+            expr = item.item
+            self._visit(expr, "other")
+            flags = self._tape_from_call(expr) if isinstance(expr, cst.Call) else None
+            tape = None
+            if flags is not None:
+                target = dotted_name(item.asname.name) if item.asname else ""
+                site = self._site(item)
+                tape = Tape(len(facts.tapes), target, site, flags[0], flags[1])
+                facts.tapes.append(tape)
+                if target:
+                    facts.assigns.append(Assign(target, site, None, "with"))
+            else:
+                name = dotted_name(expr)
+                if name:
+                    tape = facts.tape_for(name, self._site(expr))
+                elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+                    if expr.func.attr.value == "stop_recording":
+                        paused_tape = facts.tape_for(dotted_name(expr.func.value), self._site(expr))
+                        if paused_tape is not None:
+                            paused.append(paused_tape.id)
+                if item.asname is not None:
+                    self._bind(item.asname.name, None, "with", item.asname)
+            if tape is not None:
+                recording.append(tape.id)
+        with self._block("with", node.body, tapes=tuple(recording), paused=tuple(paused)) as block:
+            for tape_id in recording:
+                facts.tapes[tape_id].with_blocks.append(block.id)
+            node.body.visit(self)
+        return False
+
+    def visit_Match(self, node):
+        self._visit(node.subject, "other")
+        for case in node.cases:
+            self._visit_body("match", case.body, owner=case)
+        return False
+
+    # -- simple statements -----------------------------------------------------
+    def visit_Assign(self, node: cst.Assign):
+        self._visit(node.value, "other")
+        value = self.summarize(node.value)
+        for target in node.targets:
+            site = self._bind(target.target, value, "assign", node)
+            self._maybe_tape(target.target, node.value, site)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign):
+        self._visit(node.annotation)
+        if node.value is None:
+            return False
+        self._visit(node.value, "other")
+        site = self._bind(node.target, self.summarize(node.value), "assign", node)
+        self._maybe_tape(node.target, node.value, site)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign):
+        self._visit(node.target, "compute")
+        self._visit(node.value, "compute")
+        self._bind(node.target, Expr("binop", ""), "augassign", node)
+        return False
+
+    def visit_NamedExpr(self, node: cst.NamedExpr):
+        self._visit(node.value)
+        self._bind(node.target, self.summarize(node.value), "assign", node)
+        return False
+
+    def _maybe_tape(self, target, value, site: Site | None):
+        if site is None or not isinstance(value, cst.Call):
+            return
+        flags = self._tape_from_call(value)
+        if flags is not None:
+            facts = self.facts
+            facts.tapes.append(Tape(len(facts.tapes), dotted_name(target), site, flags[0], flags[1]))
+
+    def visit_Del(self, node: cst.Del):
+        targets = node.target.elements if isinstance(node.target, (cst.Tuple, cst.List)) else [node.target]
+        for target in targets:
+            target = target.value if isinstance(target, cst.Element) else target
+            name = dotted_name(target)
+            if name:
+                self.facts.deletes.append(Assign(name, self._site(target), None, "del"))
+            else:
+                self._visit(target)
+        return False
+
+    def visit_Return(self, node: cst.Return):
+        self._visit(node.value, "other")
+        self.facts.exits.append(Exit(self._site(node), "return"))
+        return False
+
+    def visit_Raise(self, node: cst.Raise):
+        self._visit(node.exc, "other")
+        self.facts.exits.append(Exit(self._site(node), "raise"))
+        return False
+
+    def visit_Break(self, node: cst.Break):
+        self.facts.exits.append(Exit(self._site(node), "break"))
+
+    def visit_Continue(self, node: cst.Continue):
+        self.facts.exits.append(Exit(self._site(node), "continue"))
+
+    def visit_Import(self, node: cst.Import):
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if alias.asname is not None:
+                local = dotted_name(alias.asname.name)
+                self.facts.imports[local] = full
+            else:
+                head = full.split(".")[0]
+                self.facts.imports[head] = head
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom):
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return False
+        module = dotted_name(node.module)
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            local = dotted_name(alias.asname.name) if alias.asname else name
+            self.facts.imports[local] = f"{module}.{name}"
+        return False
+
+    def visit_Global(self, node):
+        return False
+
+    def visit_Nonlocal(self, node):
+        return False
+
+    # -- expressions -------------------------------------------------------------
+    def visit_Call(self, node: cst.Call):
+        func = self.summarize(node.func)
+        args = []
+        keywords = {}
+        site = self._site(node)
+        callee = self.facts.resolve(func.text) if func.text else ""
+        arg_context = "compute" if callee.startswith(COMPUTE_PREFIXES) else "argument"
+        self._visit(node.func, "receiver" if func.kind == "attribute" else "callee")
+        for arg in node.args:
+            self._visit(arg.value, arg_context)
+            if arg.keyword is not None:
+                keywords[arg.keyword.value] = self.summarize(arg.value)
+            elif not arg.star:
+                args.append(self.summarize(arg.value))
+        end = self._pos(node).end.line
+        self.facts.calls.append(Call(site, func, tuple(args), keywords, end))
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute):
+        name = dotted_name(node)
+        if name:
+            self.facts.uses.append(Use(name, self._site(node), self._context[-1]))
+        else:
+            self._visit(node.value)
+        return False
+
+    def visit_Name(self, node: cst.Name):
+        self.facts.uses.append(Use(node.value, self._site(node), self._context[-1]))
+        return False
+
+    def visit_BinaryOperation(self, node):
+        self._context.append("compute")
+
+    def leave_BinaryOperation(self, node):
+        self._context.pop()
+
+    def visit_UnaryOperation(self, node):
+        self._context.append("compute")
+
+    def leave_UnaryOperation(self, node):
+        self._context.pop()
+
+    def visit_Subscript(self, node):
+        self._context.append("compute")
+
+    def leave_Subscript(self, node):
+        self._context.pop()
+
+    def _comprehension_enter(self, node):
+        self._comprehension += 1
+
+    def _comprehension_leave(self, node):
+        self._comprehension -= 1
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension_enter
+    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _comprehension_leave
+
+    def visit_CompFor(self, node: cst.CompFor):
+        self._visit(node.iter)
+        for condition in node.ifs:
+            self._visit(condition)
+        self._visit(node.inner_for_in)
+        return False
+
+
+def extract(module: cst.Module, path: str) -> FileFacts:
+    builder = FactsBuilder(path)
+    MetadataWrapper(module, unsafe_skip_copy=True).visit(builder)
+    return builder.facts

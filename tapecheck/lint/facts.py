@@ -1,0 +1,257 @@
+"""What the rules know about a file: plain data pulled out of its syntax tree.
+
+`tapecheck.lint.extract` walks the libcst tree once and records blocks, tapes,
+assignments, calls and name uses here; every rule is a function of these facts.
+Nothing here imports libcst, so rules stay small and cheap to test.
+
+Positions are 1-based lines and columns. `order` is the position of an event in
+source order, used to ask "before" and "after" without comparing line pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LOOP_KINDS = frozenset({"for", "while"})
+GRADIENT_METHODS = frozenset({"gradient", "jacobian", "batch_jacobian"})
+SCOPE_KINDS = frozenset({"module", "function", "class"})
+
+
+@dataclass(slots=True)
+class Block:
+    """A suite of statements: a module, a function body, a loop body, a branch..."""
+
+    id: int
+    kind: str  # module, function, class, for, while, with, if, else, try, except, finally, match
+    parent: int | None
+    scope: int  # id of the module/function/class block that owns it
+    line: int
+    end_line: int
+    name: str = ""  # function or class name
+    decorators: tuple[str, ...] = ()  # resolved dotted names
+    bases: tuple[str, ...] = ()  # class bases, resolved
+    tapes: tuple[int, ...] = ()  # `with` blocks: the tapes recording inside
+    paused: tuple[int, ...] = ()  # `with tape.stop_recording():` blocks
+
+
+@dataclass(slots=True, frozen=True)
+class Site:
+    line: int
+    col: int
+    order: int
+    block: int  # innermost block holding the event
+    in_comprehension: bool = False
+
+
+@dataclass(slots=True)
+class Expr:
+    """A summary of an expression, enough for the rules to judge it."""
+
+    kind: str  # name, attribute, call, subscript, binop, unaryop, list, tuple, constant, other
+    text: str  # dotted text for names and attributes, "" otherwise
+    callee: str = ""  # calls: resolved dotted name of the called thing
+    method: str = ""  # calls of an attribute: the attribute name
+    receiver: str = ""  # calls of an attribute: dotted receiver, when it is a dotted name
+    names: frozenset[str] = frozenset()  # dotted names read anywhere inside
+    elements: tuple["Expr", ...] = ()  # list/tuple elements
+    tensor_slice: bool = False  # subscript with `:` in a tuple index, or `...`
+    keywords: dict[str, "Expr"] = field(default_factory=dict)
+    value: object = None  # constants: True/False/None/number/str
+
+
+@dataclass(slots=True)
+class Tape:
+    id: int
+    name: str  # the binding ("tape", "self.tape"); "" when anonymous
+    site: Site  # where it is created
+    persistent: bool | None  # None: not a literal
+    watch_accessed_variables: bool | None
+    with_blocks: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Assign:
+    target: str  # dotted name bound
+    site: Site
+    value: Expr | None  # None for loop targets, `with ... as`, imports, deletes
+    kind: str = "assign"  # assign, augassign, for, with, import, param, def
+
+
+@dataclass(slots=True)
+class Call:
+    site: Site
+    func: Expr  # the called expression
+    args: tuple[Expr, ...]
+    keywords: dict[str, Expr]
+    end_line: int = 0
+
+    @property
+    def method(self) -> str:
+        return self.func.text.rsplit(".", 1)[-1] if self.func.kind == "attribute" else ""
+
+    @property
+    def receiver(self) -> str:
+        if self.func.kind == "attribute" and "." in self.func.text:
+            return self.func.text.rsplit(".", 1)[0]
+        return ""
+
+    def arg(self, index: int, keyword: str) -> Expr | None:
+        if keyword in self.keywords:
+            return self.keywords[keyword]
+        return self.args[index] if index < len(self.args) else None
+
+
+@dataclass(slots=True, frozen=True)
+class Use:
+    """A dotted name read (`b`, `self.w`), and what reads it."""
+
+    name: str
+    site: Site
+    context: str  # compute (operand of an operator or a tf/np call), receiver, argument, other
+
+
+@dataclass(slots=True, frozen=True)
+class Exit:
+    site: Site
+    kind: str  # return, break, continue, raise
+
+
+@dataclass(slots=True)
+class FileFacts:
+    path: str
+    blocks: list[Block] = field(default_factory=list)
+    tapes: list[Tape] = field(default_factory=list)
+    assigns: list[Assign] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    uses: list[Use] = field(default_factory=list)
+    deletes: list[Assign] = field(default_factory=list)
+    exits: list[Exit] = field(default_factory=list)
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
+    _chains: dict[int, list[int]] = field(default_factory=dict, repr=False)
+
+    # -- blocks -------------------------------------------------------------
+    def chain(self, block_id: int) -> list[int]:
+        """Block ids from the outermost block down to `block_id`."""
+        cached = self._chains.get(block_id)
+        if cached is not None:
+            return cached
+        out = []
+        current: int | None = block_id
+        while current is not None:
+            out.append(current)
+            current = self.blocks[current].parent
+        out.reverse()
+        self._chains[block_id] = out
+        return out
+
+    def scope_of(self, site: Site) -> int:
+        return self.blocks[site.block].scope
+
+    def inside(self, site: Site, block_id: int) -> bool:
+        return block_id in self.chain(site.block)
+
+    def loops_between(self, outer: Site | None, inner: Site) -> list[int]:
+        """Loop blocks that hold `inner` but not `outer`, within inner's scope."""
+        outer_chain = set(self.chain(outer.block)) if outer else set()
+        scope = self.scope_of(inner)
+        loops = []
+        for bid in self.chain(inner.block):
+            block = self.blocks[bid]
+            if block.kind in LOOP_KINDS and bid not in outer_chain and block.scope == scope:
+                loops.append(bid)
+        return loops
+
+    def dominates(self, first: Site, second: Site) -> bool:
+        """`first` runs whenever `second` runs, earlier: same or enclosing suite, before."""
+        if first.order >= second.order or first.in_comprehension:
+            return False
+        first_chain = self.chain(first.block)
+        return self.chain(second.block)[: len(first_chain)] == first_chain
+
+    def enclosing_class(self, site: Site) -> Block | None:
+        for bid in reversed(self.chain(site.block)):
+            if self.blocks[bid].kind == "class":
+                return self.blocks[bid]
+        return None
+
+    def methods_of(self, class_block: Block) -> set[str]:
+        return {
+            b.name
+            for b in self.blocks
+            if b.kind == "function" and b.parent == class_block.id
+        }
+
+    # -- names --------------------------------------------------------------
+    def resolve(self, dotted: str) -> str:
+        """Map a dotted name through this file's imports: `tf.X` -> `tensorflow.X`."""
+        head, _, rest = dotted.partition(".")
+        origin = self.imports.get(head)
+        if origin is None:
+            return dotted
+        return f"{origin}.{rest}" if rest else origin
+
+    def assigns_to(self, name: str, scope: int) -> list[Assign]:
+        return [a for a in self.assigns if a.target == name and self.scope_of(a.site) == scope]
+
+    def reaching_assigns(self, name: str, site: Site) -> list[Assign]:
+        """The bindings of `name` in site's scope that may hold at `site`.
+
+        The last binding that dominates the site, plus any later conditional
+        ones before the site. Empty when the name is not bound in this scope
+        before the site (a parameter, a global, an attribute set elsewhere).
+        """
+        scope = self.scope_of(site)
+        before = [
+            a for a in self.assigns
+            if a.target == name and a.site.order < site.order and self.scope_of(a.site) == scope
+        ]
+        for index in range(len(before) - 1, -1, -1):
+            if self.dominates(before[index].site, site):
+                return before[index:]
+        return []
+
+    # -- tapes --------------------------------------------------------------
+    def tape_for(self, name: str, site: Site) -> Tape | None:
+        """The tape bound to `name` at `site`, if the binding is a tape."""
+        reaching = self.reaching_assigns(name, site)
+        if len(reaching) != 1:
+            return None
+        binding = reaching[0]
+        for tape in self.tapes:
+            if tape.name == name and tape.site == binding.site:
+                return tape
+        return None
+
+    def records(self, tape: Tape, site: Site) -> bool:
+        """Whether `tape` is recording at `site` (inside its `with`, not paused)."""
+        chain = self.chain(site.block)
+        if any(tape.id in self.blocks[bid].paused for bid in chain):
+            return False
+        return any(bid in chain for bid in tape.with_blocks)
+
+    def gradient_calls(self) -> list[tuple[Call, Tape]]:
+        """Every `tape.gradient/jacobian/batch_jacobian(...)` whose tape is known."""
+        found = []
+        for call in self.calls:
+            if call.method in GRADIENT_METHODS and call.receiver:
+                tape = self.tape_for(call.receiver, call.site)
+                if tape is not None:
+                    found.append((call, tape))
+        return found
+
+    def tape_calls(self, tape: Tape, methods: frozenset[str] | set[str]) -> list[Call]:
+        """Calls `tape.<method>(...)` made while this tape binding holds."""
+        found = []
+        for call in self.calls:
+            if call.receiver == tape.name and call.method in methods and tape.name:
+                if self.tape_for(tape.name, call.site) is tape:
+                    found.append(call)
+        return found
+
+    def tape_escapes(self, tape: Tape) -> bool:
+        """The tape is handed to other code (a helper, a return, a container)."""
+        scope = self.scope_of(tape.site)
+        return any(
+            use.name == tape.name and use.context in ("argument", "other") and self.scope_of(use.site) == scope
+            for use in self.uses
+        )

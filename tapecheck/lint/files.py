@@ -1,0 +1,131 @@
+"""Find the files to lint under the paths a user names.
+
+Folders are walked recursively, skipping version-control folders, virtual
+environments, build output, caches and whatever `.gitignore` files ignore. A
+file named explicitly is always linted, whatever its name.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from tapecheck.findings import FileError
+
+SOURCE_SUFFIXES = (".py", ".pyi")
+SKIP_DIRS = frozenset(
+    {
+        ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist",
+        ".eggs", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tapecheck_cache",
+        "node_modules", ".ipynb_checkpoints",
+    }
+)
+
+
+def _is_virtualenv(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "pyvenv.cfg"))
+
+
+class _GitIgnores:
+    """The .gitignore files that apply to a walk, read once per folder."""
+
+    def __init__(self):
+        self._specs: dict[str, object | None] = {}
+
+    def _spec(self, folder: str):
+        if folder not in self._specs:
+            spec = None
+            try:
+                with open(os.path.join(folder, ".gitignore"), encoding="utf-8", errors="replace") as handle:
+                    lines = handle.read().splitlines()
+                from pathspec import GitIgnoreSpec
+
+                spec = GitIgnoreSpec.from_lines(lines)
+            except OSError:
+                pass
+            self._specs[folder] = spec
+        return self._specs[folder]
+
+    def ignored(self, path: str, is_dir: bool, folders: list[str]) -> bool:
+        for folder in folders:
+            spec = self._spec(folder)
+            if spec is None:
+                continue
+            relative = os.path.relpath(path, folder).replace(os.sep, "/")
+            if is_dir:
+                relative += "/"
+            if spec.match_file(relative):
+                return True
+        return False
+
+
+def _repo_folders(root: str) -> list[str]:
+    """Folders from the enclosing git work tree's top down to (not including) root."""
+    folders = []
+    current = os.path.abspath(root)
+    while True:
+        parent = os.path.dirname(current)
+        if os.path.exists(os.path.join(current, ".git")):
+            folders.append(current)
+            break
+        if parent == current:
+            return []  # not inside a git work tree: only the walk's own .gitignore files count
+        folders.append(current)
+        current = parent
+    folders.reverse()
+    return folders[:-1] if folders and folders[-1] == os.path.abspath(root) else folders
+
+
+def discover(paths: Iterable[str]) -> tuple[list[str], list[FileError]]:
+    """The files to lint (sorted, without repeats) and errors for paths that do not exist."""
+    files: dict[str, None] = {}
+    errors: list[FileError] = []
+    ignores = _GitIgnores()
+    for given in paths:
+        if os.path.isdir(given):
+            for path in _walk(given, ignores):
+                files.setdefault(path)
+        elif os.path.exists(given) or os.path.islink(given):
+            files.setdefault(given)
+        else:
+            errors.append(FileError(given, "no such file or directory"))
+    return sorted(files), errors
+
+
+def _walk(root: str, ignores: _GitIgnores) -> Iterable[str]:
+    base_folders = _repo_folders(root)
+    if base_folders and ignores.ignored(os.path.abspath(root), True, base_folders):
+        base_folders = []  # the user named an ignored folder: lint it, honour only its own .gitignore files
+    seen: set[tuple[int, int]] = set()  # (device, inode) of folders: symlink loops end here
+
+    def walk(folder: str, real_folders: list[str]):
+        try:
+            stat = os.stat(folder)
+        except OSError:
+            return
+        key = (stat.st_dev, stat.st_ino)
+        if key in seen:
+            return
+        seen.add(key)
+        folders = real_folders + [os.path.abspath(folder)]
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            absolute = os.path.join(folders[-1], entry.name)
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue
+            if is_dir:
+                if entry.name in SKIP_DIRS or _is_virtualenv(entry.path):
+                    continue
+                if ignores.ignored(absolute, True, folders):
+                    continue
+                yield from walk(entry.path, folders)
+            elif entry.name.endswith(SOURCE_SUFFIXES):
+                if not ignores.ignored(absolute, False, folders):
+                    yield entry.path
+
+    yield from walk(root, base_folders)

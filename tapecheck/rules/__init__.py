@@ -1,0 +1,66 @@
+"""The rule catalog: one module per rule, found by name (`tapNNN_*.py`).
+
+A rule module holds its documentation (the module docstring, in the ruff
+layout), its code and name, VALID/INVALID examples that double as tests, and a
+`check(facts)` function. Importing this package never imports libcst: rules read
+the plain facts that `tapecheck.lint.extract` pulls out of the syntax tree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from types import ModuleType
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    summary: str
+    module: ModuleType
+
+    @property
+    def doc(self) -> str:
+        return (self.module.__doc__ or "").strip() + "\n"
+
+    @property
+    def check(self):
+        return getattr(self.module, "check", None)
+
+    @property
+    def in_probe(self) -> bool:
+        return getattr(self.module, "PROBE", False)
+
+    @property
+    def fixable(self) -> bool:
+        return getattr(self.module, "FIXABLE", False)
+
+    @property
+    def valid(self) -> tuple[str, ...]:
+        return tuple(getattr(self.module, "VALID", ()))
+
+    @property
+    def invalid(self) -> tuple[str, ...]:
+        return tuple(getattr(self.module, "INVALID", ()))
+
+
+def _load() -> tuple[Rule, ...]:
+    rules = []
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("tap"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        rules.append(Rule(module.CODE, module.NAME, module.SUMMARY, module))
+    return tuple(sorted(rules, key=lambda r: r.code))
+
+
+RULES: tuple[Rule, ...] = _load()
+RULES_BY_CODE: dict[str, Rule] = {r.code: r for r in RULES}
+RULES_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
+
+
+def get_rule(code_or_name: str) -> Rule | None:
+    key = code_or_name.strip()
+    return RULES_BY_CODE.get(key.upper()) or RULES_BY_NAME.get(key.lower())

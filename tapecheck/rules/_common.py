@@ -1,0 +1,50 @@
+"""Small helpers shared by rule modules (kept here so each rule stays short)."""
+
+from __future__ import annotations
+
+from tapecheck.findings import Finding
+
+KERAS_ROOTS = ("keras.", "tensorflow.keras.", "tf_keras.", "tensorflow.python.keras.")
+
+
+def report(facts, site, code: str, message: str, hint: str = "") -> Finding:
+    return Finding(facts.path, site.line, site.col, code, message, hint)
+
+
+def keras_member(dotted: str, package: str) -> str:
+    """`Mean` for `keras.metrics.Mean` (any Keras flavour) when in `package`, else ""."""
+    for root in KERAS_ROOTS:
+        for middle in (f"{package}.", f"src.{package}.", f"api.{package}."):
+            prefix = root + middle
+            if dotted.startswith(prefix):
+                return dotted[len(prefix):].rsplit(".", 1)[-1]
+    return ""
+
+
+def is_keras_class(dotted: str, package: str) -> bool:
+    member = keras_member(dotted, package)
+    return bool(member) and member[0].isupper()
+
+
+def flatten(expr):
+    """The expressions of a list/tuple literal, or the expression itself."""
+    if expr is None:
+        return []
+    if expr.kind in ("list", "tuple"):
+        return list(expr.elements)
+    return [expr]
+
+
+def metric_bindings(facts) -> dict[str, list]:
+    """Names (`train_loss`, `self.acc`) bound to a Keras metric object, with their bindings."""
+    local_classes = {
+        block.name for block in facts.blocks
+        if block.kind == "class" and any(is_keras_class(base, "metrics") for base in block.bases)
+    }
+    found: dict[str, list] = {}
+    for assign in facts.assigns:
+        value = assign.value
+        if assign.kind == "assign" and value is not None and value.kind == "call":
+            if is_keras_class(value.callee, "metrics") or value.callee in local_classes:
+                found.setdefault(assign.target, []).append(assign)
+    return found

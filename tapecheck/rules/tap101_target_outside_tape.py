@@ -1,0 +1,169 @@
+'''# TAP101 target-outside-tape
+
+## What it does
+Checks that the target of `tape.gradient(target, sources)` (the loss) is
+computed while the tape records: inside its `with tf.GradientTape() as tape:`
+block. It flags a target assigned before or after the block, a loss topped up
+after the block (`loss += l2`), and a target expression written into the
+`gradient` call itself (`tape.gradient(a + b, ...)`) when that call is outside
+the block.
+
+## Why is this bad?
+A tape only knows the operations it watched. The last operation that produced
+the target happened outside the tape, so the tape cannot connect the target to
+any source: in TensorFlow 2.21 `tape.gradient` then returns `None` for *every*
+source, not just for the part added late. Keras only warns later that
+"Gradients do not exist for variables", and the model silently stops learning.
+
+## Example
+```python
+import tensorflow as tf
+
+w = tf.Variable(1.0)
+b = tf.Variable(2.0)
+x = tf.constant(2.0)
+with tf.GradientTape() as tape:
+    y = w * x
+z = y + b
+grads = tape.gradient(z, [w, b])  # [None, None]
+```
+
+## Use instead
+```python
+import tensorflow as tf
+
+w = tf.Variable(1.0)
+b = tf.Variable(2.0)
+x = tf.constant(2.0)
+with tf.GradientTape() as tape:
+    y = w * x
+    z = y + b
+grads = tape.gradient(z, [w, b])  # [2.0, 1.0]
+```
+'''
+
+from tapecheck.rules._common import flatten, report
+
+CODE = "TAP101"
+NAME = "target-outside-tape"
+SUMMARY = "the gradient target is computed outside the tape's `with` block"
+PROBE = True
+TRIGGERS = (b"GradientTape",)
+
+# Method calls that only fetch an already computed value: no new tensor op.
+CONTAINER_METHODS = frozenset({"get", "pop", "popitem", "setdefault", "copy"})
+
+VALID = [
+    # the loss built in a helper called inside the block
+    """
+import tensorflow as tf
+def train_step(model, x, y, loss_fn, opt):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
+    # gradient asked inside the block, of an inline sum
+    """
+import tensorflow as tf
+def step(model, x):
+    with tf.GradientTape() as tape:
+        a, b = model(x)
+        grads = tape.gradient(a + b, model.trainable_variables)
+    return grads
+""",
+    # an alias of the loss after the block is the same recorded tensor
+    """
+import tensorflow as tf
+def step(model, x):
+    with tf.GradientTape() as tape:
+        total = model(x)
+    loss = total
+    return tape.gradient(loss, model.trainable_variables)
+""",
+    # DQN: the target values are computed before the tape on purpose; the loss is inside
+    """
+import tensorflow as tf
+def step(q_net, target_net, s, a, r, s2, gamma, opt):
+    target = r + gamma * tf.reduce_max(target_net(s2), axis=1)
+    with tf.GradientTape() as tape:
+        q = tf.reduce_sum(q_net(s) * tf.one_hot(a, 4), axis=1)
+        loss = tf.reduce_mean(tf.square(target - q))
+    grads = tape.gradient(loss, q_net.trainable_variables)
+    opt.apply_gradients(zip(grads, q_net.trainable_variables))
+""",
+    # the loss comes in as a parameter: nothing to see
+    """
+import tensorflow as tf
+def grads_of(tape, loss, variables):
+    return tape.gradient(loss, variables)
+""",
+]
+
+INVALID = [
+    """
+import tensorflow as tf
+def train_step(model, x, y, opt):
+    with tf.GradientTape() as tape:
+        pred = model(x, training=True)
+        loss = tf.reduce_mean(tf.square(y - pred))
+    loss += 1e-4 * tf.add_n([tf.nn.l2_loss(v) for v in model.trainable_variables])
+    grads = tape.gradient(loss, model.trainable_variables)  # expect: TAP101
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
+    """
+import tensorflow as tf
+def step(model, x):
+    with tf.GradientTape() as tape:
+        a, b = model(x)
+    return tape.gradient(a + b, model.trainable_variables)  # expect: TAP101
+""",
+    """
+from tensorflow import GradientTape as GT
+def step(model, x, loss_fn):
+    tape = GT()
+    with tape:
+        out = model(x)
+    loss = loss_fn(out)
+    return tape.gradient(loss, model.trainable_variables)  # expect: TAP101
+""",
+]
+
+
+def _computes(value) -> bool:
+    """Whether evaluating `value` runs a TensorFlow-visible op (not a plain alias)."""
+    if value is None:
+        return False
+    if value.kind == "binop":
+        return True
+    return value.kind == "call" and value.method not in CONTAINER_METHODS
+
+
+def check(facts):
+    for call, tape in facts.gradient_calls():
+        target = call.arg(0, "target")
+        block_line = facts.blocks[tape.with_blocks[0]].line if tape.with_blocks else tape.site.line
+        label = tape.name or "the tape"
+        for element in flatten(target):
+            if element.kind == "name":
+                reaching = facts.reaching_assigns(element.text, call.site)
+                if not reaching or any(facts.records(tape, a.site) for a in reaching):
+                    continue
+                if not all(a.kind in ("assign", "augassign") and _computes(a.value) for a in reaching):
+                    continue
+                last = reaching[-1]
+                when = "before" if last.site.order < tape.site.order else "after"
+                yield report(
+                    facts, call.site, CODE,
+                    f"`{element.text}` is computed at line {last.site.line}, {when} the `with` block of "
+                    f"`{label}` (line {block_line}): the tape never recorded it, so every gradient is None",
+                    f"Compute `{element.text}` inside the `with` block of `{label}`.",
+                )
+            elif element.kind in ("binop", "call") and _computes(element) and not facts.records(tape, call.site):
+                if tape.with_blocks:
+                    yield report(
+                        facts, call.site, CODE,
+                        f"the gradient target is computed in this call, outside the `with` block of `{label}` "
+                        f"(line {block_line}): the tape never recorded it, so every gradient is None",
+                        "Compute the target inside the `with` block and pass the result.",
+                    )

@@ -1,0 +1,177 @@
+'''# TAP103 unwatched-tensor
+
+## What it does
+Flags `tape.gradient(target, x)` where `x` is a plain tensor (made by
+`tf.constant`, `tf.convert_to_tensor`, another TensorFlow op, a NumPy call, or
+a tensor slice such as `inputs[:, 0]`) that the tape never `watch`ed. It also
+flags variables asked from a tape made with `watch_accessed_variables=False`
+that never watches them.
+
+## Why is this bad?
+A tape follows `tf.Variable`s it sees used, and nothing else unless told to:
+every other tensor is a constant to it. The gradient with respect to an
+unwatched tensor is `None`, silently, even when the target clearly depends on
+it. Input gradients (saliency maps, adversarial examples, physics-informed
+losses, gradient penalties) all need `tape.watch`.
+
+## Example
+```python
+import tensorflow as tf
+
+x = tf.constant([1.0, 2.0, 3.0])
+with tf.GradientTape(persistent=True) as tape:
+    y = tf.reduce_sum(x ** 2)
+dy_dx = tape.gradient(y, x)  # None
+del tape
+```
+
+## Use instead
+```python
+import tensorflow as tf
+
+x = tf.constant([1.0, 2.0, 3.0])
+with tf.GradientTape() as tape:
+    tape.watch(x)
+    y = tf.reduce_sum(x ** 2)
+dy_dx = tape.gradient(y, x)  # [2.0, 4.0, 6.0]
+```
+'''
+
+from tapecheck.rules._common import flatten, report
+
+CODE = "TAP103"
+NAME = "unwatched-tensor"
+SUMMARY = "a gradient is asked for a tensor the tape never watched"
+PROBE = True
+TRIGGERS = (b"GradientTape",)
+
+# Modules whose lower-case functions return plain tensors (never variables).
+TENSOR_MODULES = frozenset(
+    {"tensorflow", "tensorflow.math", "tensorflow.random", "tensorflow.linalg", "tensorflow.image", "tensorflow.signal"}
+)
+VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
+
+VALID = [
+    """
+import tensorflow as tf
+def saliency(model, images):
+    images = tf.convert_to_tensor(images)
+    with tf.GradientTape() as tape:
+        tape.watch(images)
+        score = tf.reduce_max(model(images), axis=1)
+    return tape.gradient(score, images)
+""",
+    # a variable is watched automatically
+    """
+import tensorflow as tf
+w = tf.Variable(3.0)
+with tf.GradientTape() as tape:
+    y = w * w
+g = tape.gradient(y, w)
+""",
+    # watched through a list
+    """
+import tensorflow as tf
+x = tf.constant(1.0)
+t = tf.constant(0.5)
+with tf.GradientTape() as tape:
+    tape.watch([x, t])
+    u = x * t
+grads = tape.gradient(u, [x, t])
+""",
+    # the tape goes to a helper, which may watch
+    """
+import tensorflow as tf
+def f(helper):
+    x = tf.constant(1.0)
+    with tf.GradientTape() as tape:
+        helper(tape, x)
+        y = x * 2.0
+    return tape.gradient(y, x)
+""",
+]
+
+INVALID = [
+    """
+import tensorflow as tf
+def input_gradient(model, batch):
+    x = batch[:, 0]
+    with tf.GradientTape() as tape:
+        y = model(x)
+    return tape.gradient(y, x)  # expect: TAP103
+""",
+    """
+import numpy as np
+import tensorflow as tf
+x = np.linspace(0.0, 1.0, 8)
+with tf.GradientTape() as tape:
+    y = tf.sin(x)
+g = tape.gradient(y, x)  # expect: TAP103
+""",
+    """
+import tensorflow as tf
+w = tf.Variable(2.0)
+with tf.GradientTape(watch_accessed_variables=False) as tape:
+    y = w * w
+g = tape.gradient(y, [w])  # expect: TAP103
+""",
+]
+
+
+def _kind_of(value) -> str:
+    """'tensor', 'variable' or '' (unknown) for the value a name was bound to."""
+    if value is None:
+        return ""
+    if value.kind == "subscript" and value.tensor_slice:
+        return "tensor"
+    if value.kind != "call":
+        return ""
+    callee = value.callee
+    if callee in VARIABLE_CLASSES:
+        return "variable"
+    if callee.startswith("numpy."):
+        return "tensor"
+    module, _, function = callee.rpartition(".")
+    if module in TENSOR_MODULES and function[:1].islower():
+        return "tensor"
+    return ""
+
+
+
+def check(facts):
+    for call, tape in facts.gradient_calls():
+        if not tape.name or facts.tape_escapes(tape):
+            continue
+        watches = facts.tape_calls(tape, {"watch"})
+        watched: set[str] = set()
+        for watch in watches:
+            for arg in flatten(watch.arg(0, "tensor")):
+                if arg.kind != "name":
+                    watched.add("*")  # watches something we cannot name: assume it covers
+                watched.add(arg.text)
+        if "*" in watched:
+            continue
+        for source in flatten(call.arg(1, "sources")):
+            if source.kind == "attribute" and tape.watch_accessed_variables is False and not watches:
+                yield report(
+                    facts, call.site, CODE,
+                    f"`{tape.name}` was made with watch_accessed_variables=False and watches nothing: "
+                    f"every gradient for `{source.text}` is None",
+                    f"Call `{tape.name}.watch(...)` on the variables inside the `with` block.",
+                )
+                continue
+            if source.kind != "name" or source.text in watched:
+                continue
+            reaching = facts.reaching_assigns(source.text, call.site)
+            kinds = {_kind_of(a.value) for a in reaching}
+            if kinds == {"tensor"}:
+                what = "a plain tensor"
+            elif kinds == {"variable"} and tape.watch_accessed_variables is False:
+                what = "a variable, and the tape was made with watch_accessed_variables=False"
+            else:
+                continue
+            yield report(
+                facts, call.site, CODE,
+                f"`{source.text}` is {what}, never watched by `{tape.name}`: its gradient is None",
+                f"Call `{tape.name}.watch({source.text})` inside the `with` block, before using it.",
+            )

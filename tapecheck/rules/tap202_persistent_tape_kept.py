@@ -1,0 +1,138 @@
+'''# TAP202 persistent-tape-kept
+
+## What it does
+Flags a tape made with `persistent=True` that is asked for gradients only
+once, and a persistent tape made at module level (a script or a notebook) that
+is never deleted.
+
+## Why is this bad?
+A persistent tape keeps every intermediate tensor of the forward pass alive
+until the tape itself goes away, so that it can be asked again. Asked once, it
+only costs memory (and on the GPU, batch size). At module level nothing ever
+releases it: the activations of the last step stay pinned for the rest of the
+run.
+
+## Example
+```python
+import tensorflow as tf
+
+def train_step(model, x, y, loss_fn, opt):
+    with tf.GradientTape(persistent=True) as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+```
+
+## Use instead
+```python
+import tensorflow as tf
+
+def train_step(model, x, y, loss_fn, opt):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+```
+'''
+
+from tapecheck.lint.facts import GRADIENT_METHODS
+from tapecheck.rules._common import report
+
+CODE = "TAP202"
+NAME = "persistent-tape-kept"
+SUMMARY = "a persistent tape is used once, or never released at module level"
+PROBE = True
+TRIGGERS = (b"GradientTape",)
+
+VALID = [
+    # two calls: persistence is needed
+    """
+import tensorflow as tf
+def two_heads(model, x):
+    with tf.GradientTape(persistent=True) as tape:
+        a, b = model(x)
+    ga = tape.gradient(a, model.trainable_variables)
+    gb = tape.gradient(b, model.trainable_variables)
+    return ga, gb
+""",
+    # gradient inside the block so that recording goes on (higher order)
+    """
+import tensorflow as tf
+def second(x):
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = x ** 3
+        dy = tape.gradient(y, x)
+        z = dy * 2.0
+    return z
+""",
+    # handed to a helper: it may ask again
+    """
+import tensorflow as tf
+def f(model, x, helper):
+    with tf.GradientTape(persistent=True) as tape:
+        y = model(x)
+    g = tape.gradient(y, model.trainable_variables)
+    return helper(tape, g)
+""",
+    # jacobian without pfor needs a persistent tape
+    """
+import tensorflow as tf
+def jac(f, x):
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = f(x)
+    return tape.jacobian(y, x, experimental_use_pfor=False)
+""",
+]
+
+INVALID = [
+    """
+import tensorflow as tf
+x = tf.Variable(3.0)
+with tf.GradientTape(persistent=True) as tape:  # expect: TAP202
+    y = x * x
+    z = y * y
+dz_dx = tape.gradient(z, x)
+dy_dx = tape.gradient(y, x)
+""",
+]
+
+
+
+def _needs_persistence(facts, tape, call) -> bool:
+    if call.method != "gradient":
+        pfor = call.keywords.get("experimental_use_pfor")
+        if pfor is not None and pfor.value is not True:
+            return True  # the while-loop jacobian asks the tape many times
+    return facts.records(tape, call.site)  # asked mid-recording so that recording goes on
+
+
+def check(facts):
+    for tape in facts.tapes:
+        if tape.persistent is not True or not tape.name or "." in tape.name or facts.tape_escapes(tape):
+            continue
+        calls = facts.tape_calls(tape, GRADIENT_METHODS)
+        label = f"`{tape.name}`"
+        if (
+            len(calls) == 1
+            and not calls[0].site.in_comprehension
+            and not facts.loops_between(tape.site, calls[0].site)
+            and not _needs_persistence(facts, tape, calls[0])
+        ):
+            yield report(
+                facts, tape.site, CODE,
+                f"{label} is persistent but asked for gradients only once (line {calls[0].site.line}): "
+                "it holds every intermediate tensor for nothing",
+                "Drop `persistent=True`.",
+            )
+            continue
+        scope = facts.blocks[facts.scope_of(tape.site)]
+        deleted = any(d.target == tape.name and d.site.order > tape.site.order for d in facts.deletes)
+        if scope.kind == "module" and not deleted:
+            yield report(
+                facts, tape.site, CODE,
+                f"persistent {label} is made at module level and never deleted: "
+                "it keeps the recorded tensors alive for the rest of the run",
+                f"`del {tape.name}` after its last gradient call.",
+            )

@@ -1,0 +1,119 @@
+'''# TAP302 removed-keras-api
+
+## What it does
+Flags calls that Keras 3 (the Keras of TensorFlow 2.16 and later) removed but
+that old training loops and tutorials still make:
+- `metric.reset_states()` on a Keras metric (now `reset_state()`);
+- `lr=` passed to a Keras optimizer (now `learning_rate=`);
+- `tf.keras.optimizers.legacy.*` optimizers;
+- `optimizer.get_gradients(...)` (use a `tf.GradientTape`).
+
+## Why is this bad?
+Each one fails only when the line runs: `AttributeError: 'Mean' object has no
+attribute 'reset_states'` at the end of the first epoch, after the first
+epoch's training time is spent; `ValueError: Argument(s) not recognized:
+{'lr': ...}` when the optimizer is built.
+
+## Example
+```python
+import tensorflow as tf
+
+train_acc = tf.keras.metrics.SparseCategoricalAccuracy()
+optimizer = tf.keras.optimizers.Adam(lr=1e-3)
+for epoch in range(5):
+    train_acc.reset_states()
+```
+
+## Use instead
+```python
+import tensorflow as tf
+
+train_acc = tf.keras.metrics.SparseCategoricalAccuracy()
+optimizer = tf.keras.optimizers.Adam(learning_rate=1e-3)
+for epoch in range(5):
+    train_acc.reset_state()
+```
+'''
+
+from tapecheck.rules._common import flatten, is_keras_class, metric_bindings, report
+
+CODE = "TAP302"
+NAME = "removed-keras-api"
+SUMMARY = "a call Keras 3 removed (`reset_states()`, `lr=`, legacy optimizers)"
+PROBE = False
+TRIGGERS = (b"reset_states", b"optimizers", b"get_gradients")
+
+VALID = [
+    # stateful RNN layers still have reset_states() in Keras 3
+    """
+import keras
+lstm = keras.layers.LSTM(8, stateful=True)
+lstm.reset_states()
+""",
+    """
+import tensorflow as tf
+opt = tf.keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+""",
+]
+
+INVALID = [
+    """
+import tensorflow as tf
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.optimizer = tf.keras.optimizers.SGD(lr=0.01)  # expect: TAP302
+    def end_epoch(self):
+        for metric in self.model.metrics:
+            metric.reset_states()  # expect: TAP302
+""",
+    """
+from tensorflow.keras.optimizers import legacy
+opt = legacy.Adam(1e-3)  # expect: TAP302
+""",
+]
+
+
+def _is_metric(facts, receiver, call, metrics) -> bool:
+    if receiver in metrics:
+        return True
+    for assign in facts.reaching_assigns(receiver, call.site):
+        iterable = assign.value
+        if assign.kind != "for" or iterable is None:
+            continue
+        if iterable.text.endswith("metrics") or iterable.text.endswith("metrics_list"):
+            return True
+        if iterable.kind in ("list", "tuple") and flatten(iterable) and all(e.text in metrics for e in flatten(iterable)):
+            return True
+    return False
+
+
+def check(facts):
+    metrics = metric_bindings(facts)
+    optimizers = {a.target for a in facts.assigns if a.value is not None and is_keras_class(a.value.callee, "optimizers")}
+    for call in facts.calls:
+        callee = facts.resolve(call.func.text) if call.func.text else ""
+        if call.method == "reset_states" and _is_metric(facts, call.receiver, call, metrics):
+            yield report(
+                facts, call.site, CODE,
+                f"`{call.receiver}.reset_states()` was removed from Keras 3 metrics: AttributeError",
+                f"Call `{call.receiver}.reset_state()`.",
+            )
+        elif ".optimizers.legacy." in f"{callee}." and is_keras_class(callee, "optimizers"):
+            yield report(
+                facts, call.site, CODE,
+                f"`{call.func.text}`: Keras 3 removed the legacy optimizers",
+                "Use the optimizer of the same name in `keras.optimizers`.",
+            )
+        elif is_keras_class(callee, "optimizers") and "lr" in call.keywords:
+            yield report(
+                facts, call.site, CODE,
+                "Keras 3 optimizers reject `lr=`: ValueError: Argument(s) not recognized",
+                "Pass `learning_rate=` instead.",
+            )
+        elif call.method == "get_gradients" and call.receiver in optimizers:
+            yield report(
+                facts, call.site, CODE,
+                f"`{call.receiver}.get_gradients()` was removed from Keras 3 optimizers",
+                "Compute gradients with `tf.GradientTape` and pass them to `apply_gradients`.",
+            )
