@@ -9,6 +9,31 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text from (line, col) up to (end_line, end_col) with `text`.
+
+    1-based lines and columns counted in characters of the decoded source, the
+    end exclusive; an insertion has start == end. `text` uses "\n" newlines:
+    the fixer writes the file's own line ending.
+    """
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What `--fix` would do for a finding: text edits applied together."""
+
+    title: str  # what the fix does, e.g. "Add `persistent=True`"
+    edits: tuple[Edit, ...]
+    safe: bool = True  # unsafe fixes need --unsafe-fixes
+
+
 @dataclass(frozen=True, order=True)
 class Finding:
     path: str
@@ -21,6 +46,7 @@ class Finding:
     count: int = 1  # the probe folds repeats of one (site, cause) into a count
     cell: int | None = None  # notebook cell (1-based) when path is an .ipynb
     details: dict = field(default_factory=dict, compare=False, hash=False)
+    fix: Fix | None = field(default=None, compare=False, hash=False)  # set by tapecheck.lint.fixes
 
     @property
     def name(self) -> str:
