@@ -238,12 +238,14 @@ class FactsBuilder(cst.CSTVisitor):
 
     # -- compound statements ---------------------------------------------------
     def visit_If(self, node: cst.If):
+        start = self._order
         self._visit(node.test, "other")
-        self._visit_body("if", node.body)
+        test_span = (start, self._order)  # the events of the test, for rules that ask what it reads
+        self._visit_body("if", node.body, test_span=test_span)
         if node.orelse is not None:
             orelse = node.orelse
             body = orelse if isinstance(orelse, cst.If) else orelse.body
-            self._visit_body("else", body, owner=orelse)
+            self._visit_body("else", body, owner=orelse, test_span=test_span)
         return False
 
     def visit_For(self, node: cst.For):
@@ -321,32 +323,49 @@ class FactsBuilder(cst.CSTVisitor):
         return False
 
     # -- simple statements -----------------------------------------------------
+    def _set_spans(self, first_assign: int, start: int, end: int):
+        """Give the assigns made from index `first_assign` on the order span of their value."""
+        for assign in self.facts.assigns[first_assign:]:
+            assign.span = (start, end)
+
     def visit_Assign(self, node: cst.Assign):
+        start, first = self._order, len(self.facts.assigns)
         self._visit(node.value, "other")
+        end = self._order
         value = self.summarize(node.value)
         for target in node.targets:
             site = self._bind(target.target, value, "assign", node)
             self._maybe_tape(target.target, node.value, site)
+        self._set_spans(first, start, end)
         return False
 
     def visit_AnnAssign(self, node: cst.AnnAssign):
         self._visit(node.annotation)
         if node.value is None:
             return False
+        start, first = self._order, len(self.facts.assigns)
         self._visit(node.value, "other")
+        end = self._order
         site = self._bind(node.target, self.summarize(node.value), "assign", node)
         self._maybe_tape(node.target, node.value, site)
+        self._set_spans(first, start, end)
         return False
 
     def visit_AugAssign(self, node: cst.AugAssign):
+        start, first = self._order, len(self.facts.assigns)
         self._visit(node.target, "compute")
         self._visit(node.value, "compute")
+        end = self._order
         self._bind(node.target, Expr("binop", ""), "augassign", node)
+        self._set_spans(first, start, end)
         return False
 
     def visit_NamedExpr(self, node: cst.NamedExpr):
+        start, first = self._order, len(self.facts.assigns)
         self._visit(node.value)
+        end = self._order
         self._bind(node.target, self.summarize(node.value), "assign", node)
+        self._set_spans(first, start, end)
         return False
 
     def _maybe_tape(self, target, value, site: Site | None):
@@ -396,6 +415,14 @@ class FactsBuilder(cst.CSTVisitor):
         return False
 
     def visit_ImportFrom(self, node: cst.ImportFrom):
+        if node.relative and not isinstance(node.names, cst.ImportStar):
+            # kept apart from `imports`: only cross-file rules look at them
+            module = dotted_name(node.module) if node.module is not None else ""
+            for alias in node.names:
+                name = dotted_name(alias.name)
+                local = dotted_name(alias.asname.name) if alias.asname else name
+                self.facts.relative_imports[local] = f"{module}.{name}" if module else name
+            return False
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return False
         module = dotted_name(node.module)
@@ -427,7 +454,7 @@ class FactsBuilder(cst.CSTVisitor):
             elif not arg.star:
                 args.append(self.summarize(arg.value))
         end = self._pos(node).end.line
-        self.facts.calls.append(Call(site, func, tuple(args), keywords, end))
+        self.facts.calls.append(Call(site, func, tuple(args), keywords, end, end_order=self._order))
         return False
 
     def visit_Attribute(self, node: cst.Attribute):

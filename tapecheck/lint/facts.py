@@ -32,6 +32,7 @@ class Block:
     bases: tuple[str, ...] = ()  # class bases, resolved
     tapes: tuple[int, ...] = ()  # `with` blocks: the tapes recording inside
     paused: tuple[int, ...] = ()  # `with tape.stop_recording():` blocks
+    test_span: tuple[int, int] = (0, 0)  # if/else: orders (after start, up to end) of the `if` test
 
 
 @dataclass(slots=True, frozen=True)
@@ -75,6 +76,7 @@ class Assign:
     site: Site
     value: Expr | None  # None for loop targets, `with ... as`, imports, deletes
     kind: str = "assign"  # assign, augassign, for, with, import, param, def
+    span: tuple[int, int] = (0, 0)  # orders (after start, up to end) of the value's events
 
 
 @dataclass(slots=True)
@@ -84,6 +86,7 @@ class Call:
     args: tuple[Expr, ...]
     keywords: dict[str, Expr]
     end_line: int = 0
+    end_order: int = 0  # the events of the arguments have orders in (site.order, end_order]
 
     @property
     def method(self) -> str:
@@ -127,6 +130,8 @@ class FileFacts:
     deletes: list[Assign] = field(default_factory=list)
     exits: list[Exit] = field(default_factory=list)
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
+    relative_imports: dict[str, str] = field(default_factory=dict)  # `from .models import Net`: Net -> models.Net
+    project: object = None  # a cross-file index (tapecheck.lint.project) when linting several files
     _chains: dict[int, list[int]] = field(default_factory=dict, repr=False)
 
     # -- blocks -------------------------------------------------------------
