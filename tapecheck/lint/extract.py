@@ -481,11 +481,12 @@ class FactsBuilder(cst.CSTVisitor):
     def leave_UnaryOperation(self, node):
         self._context.pop()
 
-    def visit_Subscript(self, node):
-        self._context.append("compute")
-
-    def leave_Subscript(self, node):
-        self._context.pop()
+    def visit_Subscript(self, node: cst.Subscript):
+        # slicing a tensor is an op on it; the index itself is not computed with
+        self._visit(node.value, "compute")
+        for element in node.slice:
+            self._visit(element, "other")
+        return False
 
     def _comprehension_enter(self, node):
         self._comprehension += 1

@@ -120,8 +120,11 @@ def check(facts):
             continue
         scope = facts.scope_of(call.site)
         for source in flatten(call.arg(1, "sources")):
-            if source.kind != "name" or not facts.reaching_assigns(source.text, call.site):
+            if source.kind != "name":
                 continue
+            reaching = facts.reaching_assigns(source.text, call.site)
+            if not reaching or any(a.kind != "assign" for a in reaching):
+                continue  # a parameter, a loop variable...: we do not know what it holds
             by_scope = _uses_by_scope(facts, source.text)
             if set(by_scope) != {scope}:
                 continue  # read in another function too: maybe on the tape, through it
