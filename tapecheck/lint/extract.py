@@ -441,6 +441,8 @@ class FactsBuilder(cst.CSTVisitor):
     # -- expressions -------------------------------------------------------------
     def visit_Call(self, node: cst.Call):
         func = self.summarize(node.func)
+        if func.kind == "other" and isinstance(node.func, cst.Attribute):
+            func.method = node.func.attr.value  # `model(x).numpy()`: a method of a computed value
         args = []
         keywords = {}
         site = self._site(node)
