@@ -1,0 +1,269 @@
+"""Why is this gradient None? Answers built from what the tape recorded.
+
+Asked only when a gradient came back None, so the normal step pays nothing.
+Causes and the codes they are reported under (the linter's vocabulary):
+
+  TAP101 target-not-recorded   the target was computed before/after the `with`
+                               block, or cut off by a non-differentiable op
+  TAP101 integer-target        the target has an integer dtype
+  TAP101 no-differentiable-path  the source reaches the tape, but an op on the
+                               way to the target has no gradient (round,
+                               stop_gradient, argmax, int cast, numpy)
+  TAP102 variable-not-read     the source variable was never read while the
+                               tape recorded
+  TAP103 tensor-not-watched    the source tensor was never `watch`ed
+  TAP103 variable-not-watched  `watch_accessed_variables=False` and no `watch`
+  TAP103 integer-source        the source has an integer dtype
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tensorflow.python.eager import record
+from tensorflow.python.eager import tape as tape_lib
+from tensorflow.python.framework import dtypes, ops
+
+from tapecheck.probe import sites
+
+# Ops whose registered gradient returns None (so `get_gradient_function` cannot tell).
+_NO_GRADIENT_TYPES = {
+    "StopGradient", "PreventGradient", "Round", "Rint", "Floor", "Ceil", "Sign",
+    "ArgMax", "ArgMin", "FloorDiv", "FloorMod", "Equal", "NotEqual", "Less",
+    "LessEqual", "Greater", "GreaterEqual", "OneHot",
+}
+_MAX_OPS = 20000  # a walk of the traced graph never runs away on huge models
+
+
+@dataclass
+class Cause:
+    code: str
+    cause: str
+    text: str  # the message, with `{names}` for the sources
+    hint: str
+    op: str | None = None
+
+
+def is_variable(obj) -> bool:
+    return hasattr(obj, "handle") and hasattr(obj, "assign")
+
+
+def is_integer(obj) -> bool:
+    try:
+        dtype = dtypes.as_dtype(obj.dtype)
+    except (AttributeError, TypeError):
+        return False
+    return dtype.is_integer or dtype.is_bool
+
+
+def describe(obj, local_names) -> str:
+    """A short name for a source or target: the user's local name, the variable path, or shape."""
+    for name, value in local_names.items():
+        if value is obj:
+            return name
+    if is_variable(obj):
+        name = getattr(obj, "path", None) or getattr(obj, "name", "variable")
+        return name[:-2] if name.endswith(":0") else name
+    dtype = getattr(getattr(obj, "dtype", None), "name", "")
+    shape = getattr(obj, "shape", None)
+    if shape is None:
+        return type(obj).__name__
+    return f"{dtype} tensor of shape {tuple(shape)}".strip()
+
+
+def user_locals(max_frames: int = 30) -> dict:
+    """Locals of the innermost user frame (for naming sources). Eager code only."""
+    import sys
+
+    frame = sys._getframe(1)
+    for _ in range(max_frames):
+        if frame is None:
+            return {}
+        if sites.is_user_file(frame.f_code.co_filename):
+            return dict(frame.f_locals)
+        if "__autograph_generated_file" in frame.f_code.co_filename:
+            return {}
+        frame = frame.f_back
+    return {}
+
+
+def recorded(tape, handle, tensors, other_tapes) -> bool:
+    """Whether `handle` (the tape's C++ tape, kept alive by the caller) recorded any of `tensors`.
+
+    Other tapes active on this thread are set aside for the question, so an
+    outer tape's record does not answer for this one.
+    """
+    removed = [t._tape for t in other_tapes if t is not tape and t._recording and t._tape is not None]
+    own_pushed = not (tape._recording and tape._tape is handle)
+    for other in removed:
+        tape_lib.pop_tape(other)
+    if own_pushed:
+        tape_lib.push_tape(handle)
+    try:
+        return bool(record.should_record_backprop(tensors))
+    finally:
+        if own_pushed:
+            tape_lib.pop_tape(handle)
+        for other in reversed(removed):
+            tape_lib.push_tape(other)
+
+
+def block_text(info) -> str:
+    if info.site is None:
+        return "the tape's `with` block"
+    return f"the `with` block of the tape made at line {info.site.line}"
+
+
+def target_cause(info, targets, names) -> Cause | None:
+    """Why the tape did not record the target, when the target alone explains it."""
+    if targets and all(is_integer(t) for t in targets):
+        return Cause("TAP101", "integer-target",
+                     f"the gradient target `{names}` has an integer dtype: every gradient is None",
+                     "Compute the loss in a float dtype; an int cast or argmax on the way has no gradient.")
+    ids = [ops.tensor_id(t) for t in targets if _has_id(t)]
+    where = block_text(info)
+    if ids and info.exit_uid is not None and min(ids) > info.exit_uid:
+        return Cause("TAP101", "target-after-block",
+                     f"the gradient target `{names}` is computed after {where} closed: "
+                     "the tape never recorded it, so every gradient is None",
+                     "Compute the loss inside the `with tf.GradientTape()` block.")
+    if ids and info.enter_uid is not None and max(ids) < info.enter_uid:
+        return Cause("TAP101", "target-before-block",
+                     f"the gradient target `{names}` is computed before {where} opened: "
+                     "the tape never recorded it, so every gradient is None",
+                     "Compute the loss inside the `with tf.GradientTape()` block.")
+    return None
+
+
+def target_cut_off(targets, names) -> Cause:
+    op = graph_cut(targets, None)
+    found = f" ({op})" if op else " (argmax, an int cast or a numpy round-trip)"
+    return Cause("TAP101", "target-cut-off",
+                 f"the gradient target `{names}` is cut off from the tape by a non-differentiable op{found}: "
+                 "every gradient is None",
+                 "Keep the loss differentiable: no argmax, int casts or `.numpy()` between the model and the loss.",
+                 op)
+
+
+def source_cause(info, tape, handle, source, watched_handles, other_tapes, targets) -> Cause:
+    where = block_text(info)
+    if is_integer(source):
+        return Cause("TAP103", "integer-source",
+                     "source {names} has an integer dtype: tapes watch only floating point tensors, so its gradient is None",
+                     "Cast the source to a float dtype before watching it.")
+    if is_variable(source):
+        if id(source.handle) not in watched_handles:
+            if not info.watch_vars:
+                return Cause("TAP103", "variable-not-watched",
+                             "source {names} is never watched: the tape was made with "
+                             "watch_accessed_variables=False, so its gradient is None",
+                             "Call `tape.watch(variable)` inside the `with` block.")
+            return Cause("TAP102", "variable-not-read",
+                         f"source {{names}} is never read while {where} recorded: "
+                         "the tape never saw it, so its gradient is None",
+                         "Use the variable (call the model or layer) inside the `with` block.")
+    elif not (id(source) in info.watched_ids or (_has_id(source) and ops.tensor_id(source) in info.watched_ids)
+              or recorded(tape, handle, [source], other_tapes)):
+        return Cause("TAP103", "tensor-not-watched",
+                     f"source {{names}} is a tensor never watched by the tape made at line "
+                     f"{info.site.line if info.site else '?'}: its gradient is None",
+                     "Call `tape.watch(x)` inside the `with` block, before using it.")
+    op = graph_cut(targets, source)
+    found = f" ({op})" if op else " (round, stop_gradient, argmax, an int cast or a numpy round-trip?)"
+    return Cause("TAP101", "no-differentiable-path",
+                 f"the target does not depend on source {{names}} through differentiable ops{found}: its gradient is None",
+                 "Remove the non-differentiable op between this source and the loss, or drop the source.",
+                 op)
+
+
+def _has_id(t) -> bool:
+    return hasattr(t, "_id") or hasattr(t, "graph")
+
+
+def _no_gradient(op) -> bool:
+    if op.type in _NO_GRADIENT_TYPES:
+        return True
+    try:
+        if ops.get_gradient_function(op) is None:
+            return True
+    except LookupError:
+        return False
+    return False
+
+
+def _float_in_int_out(op) -> bool:
+    outs = [o.dtype for o in op.outputs]
+    ins = [i.dtype for i in op.inputs]
+    return bool(outs) and all(d.is_integer or d.is_bool for d in outs) and any(d.is_floating for d in ins)
+
+
+def _op_label(op) -> str:
+    label = f"`{op.type}` op `{op.name}`"
+    try:
+        frames = op.traceback
+    except AttributeError:
+        frames = None
+    for frame in reversed(list(frames or [])):
+        if sites.is_user_file(frame.filename):
+            return f"{label} at {os.path.basename(frame.filename)}:{frame.lineno}"
+    return label
+
+
+def graph_cut(targets, source) -> str | None:
+    """Inside a traced function: the op that cuts `source` (or anything) off the target.
+
+    Walks the graph back from the target; returns a label for the op closest to
+    the target that has no gradient. Eager tensors keep no producer, so None.
+    """
+    starts = []
+    for t in targets:
+        try:
+            starts.append(t.op)
+        except AttributeError:
+            return None  # eager tensor
+    wanted = None
+    if source is not None:
+        wanted = _graph_source(targets[0].graph if targets else None, source)
+        if wanted is None:
+            return None
+    seen, queue, parent = set(), list(starts), {}
+    while queue and len(seen) < _MAX_OPS:
+        op = queue.pop(0)
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        if wanted is None and (_no_gradient(op) or _float_in_int_out(op)):
+            return _op_label(op)
+        for inp in op.inputs:
+            if wanted is not None and inp.name == wanted.name:
+                return _first_cut_on_path(op, parent)
+            producer = inp.op
+            if id(producer) not in seen:
+                parent.setdefault(id(producer), op)
+                queue.append(producer)
+    return None
+
+
+def _first_cut_on_path(op, parent) -> str | None:
+    """From the op that consumes the source up to the target: the first op without a gradient."""
+    while op is not None:
+        if _no_gradient(op) or _float_in_int_out(op):
+            return _op_label(op)
+        op = parent.get(id(op))
+    return None
+
+
+def _graph_source(graph, source):
+    """The graph tensor standing for `source` (a captured variable's handle, or the tensor)."""
+    if graph is None:
+        return None
+    if not is_variable(source):
+        return source if getattr(source, "graph", None) is graph else None
+    handle = source.handle
+    if getattr(handle, "graph", None) is graph:
+        return handle
+    for external, internal in getattr(graph, "captures", ()):
+        if external is handle:
+            return internal
+    return None

@@ -1,0 +1,195 @@
+"""Hooks on Keras metrics: a `result()` that still carries the previous epoch.
+
+An epoch boundary is an eager iteration over a `tf.data.Dataset` (eager loops
+and `fit` call `DatasetV2.__iter__` once per epoch per dataset). A metric is
+flagged when the user's code reads `result()` at the same line on both sides
+of such a boundary, its variables changed in between and it was never reset
+(`reset_state()`, which `fit` and `evaluate` call themselves). Metric
+subclasses define their own `update_state`/`result`/`reset_state`, so every
+subclass is wrapped, including those defined while the probe runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops
+
+from tapecheck.probe import sites
+
+_WRAPPED = ("update_state", "result", "reset_state")
+
+
+class MetricState:
+    __slots__ = ("generation", "updates", "reads", "finalizer")
+
+    def __init__(self):
+        self.generation = 0
+        self.updates = 0
+        self.reads: dict[tuple, tuple] = {}  # (path, line) -> (generation, epoch, snapshot)
+        self.finalizer = None
+
+
+class MetricHooks:
+    def __init__(self, collector):
+        self.collector = collector
+        self.states: dict[int, MetricState] = {}
+        self.epochs = 0
+        self.local = threading.local()
+        self.active = True
+        self._patcher = None
+
+    def install(self, patcher):
+        import keras
+
+        self._patcher = patcher
+        base = keras.metrics.Metric
+        for cls in _subclasses(base):
+            self.wrap_class(cls)
+        hooks = self
+        own = base.__dict__.get("__init_subclass__")
+
+        def __init_subclass__(cls, **kwargs):
+            if own is not None:
+                own.__func__(cls, **kwargs)
+            else:
+                super(base, cls).__init_subclass__(**kwargs)
+            if hooks.active:
+                hooks.wrap_class(cls)
+
+        patcher.set(base, "__init_subclass__", classmethod(__init_subclass__))
+        patcher.wrap(dataset_ops.DatasetV2, "__iter__", self._wrap_iter)
+
+    def wrap_class(self, cls):
+        self._patcher.wrap(cls, "update_state", self._wrap_update)
+        self._patcher.wrap(cls, "result", self._wrap_result)
+        self._patcher.wrap(cls, "reset_state", self._wrap_reset)
+
+    def finish(self):
+        self.active = False
+        for state in self.states.values():
+            if state.finalizer is not None:
+                state.finalizer.detach()
+        self.states.clear()
+
+    # -- state -------------------------------------------------------------
+    def _state(self, metric) -> MetricState:
+        key = id(metric)
+        state = self.states.get(key)
+        if state is None:
+            state = self.states[key] = MetricState()
+            state.finalizer = weakref.finalize(metric, self.states.pop, key, None)
+            state.finalizer.atexit = False
+        return state
+
+    def _outermost(self, name) -> bool:
+        """False inside a `super()` chain of the same method (MeanMetricWrapper -> Mean)."""
+        depth = getattr(self.local, name, 0)
+        return depth == 0
+
+    def _enter(self, name):
+        setattr(self.local, name, getattr(self.local, name, 0) + 1)
+
+    def _leave(self, name):
+        setattr(self.local, name, getattr(self.local, name, 0) - 1)
+
+    # -- wrappers ----------------------------------------------------------
+    def _wrap_iter(self, original):
+        hooks = self
+
+        def __iter__(self):
+            if hooks.active and tf.executing_eagerly():
+                hooks.epochs += 1
+            return original(self)
+
+        return __iter__
+
+    def _wrap_update(self, original):
+        hooks = self
+
+        def update_state(self, *args, **kwargs):
+            if hooks.active and hooks._outermost("update"):
+                hooks._state(self).updates += 1
+            hooks._enter("update")
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                hooks._leave("update")
+
+        return update_state
+
+    def _wrap_reset(self, original):
+        hooks = self
+
+        def reset_state(self, *args, **kwargs):
+            if hooks.active and hooks._outermost("reset"):
+                state = hooks._state(self)
+                state.generation += 1
+                state.updates = 0
+                state.reads.clear()
+            hooks._enter("reset")
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                hooks._leave("reset")
+
+        return reset_state
+
+    def _wrap_result(self, original):
+        hooks = self
+
+        def result(self, *args, **kwargs):
+            watch = (hooks.active and hooks._outermost("result") and tf.executing_eagerly()
+                     and sites.calls_from_user_code())
+            hooks._enter("result")
+            try:
+                value = original(self, *args, **kwargs)
+            finally:
+                hooks._leave("result")
+            if watch:
+                hooks._read(self)
+            return value
+
+        return result
+
+    def _read(self, metric):
+        state = self._state(metric)
+        site = sites.user_site()
+        if site is None:
+            return
+        snapshot = _snapshot(metric)
+        key = (site.path, site.line)
+        previous = state.reads.get(key)
+        state.reads[key] = (state.generation, self.epochs, snapshot, state.updates)
+        if previous is None:
+            return
+        generation, epoch, old_snapshot, old_updates = previous
+        if generation == state.generation and epoch < self.epochs and old_updates and snapshot != old_snapshot:
+            name = getattr(metric, "name", type(metric).__name__)
+            self.collector.add(
+                site, "TAP301", "metric-never-reset",
+                f"metric `{name}` is read here once per epoch but never reset: "
+                "this result still includes the earlier epochs",
+                f"Call `{name}.reset_state()` at the start of each epoch.",
+                names=[name],
+            )
+
+
+def _snapshot(metric):
+    try:
+        return tuple(v.numpy().tobytes() for v in metric.variables)
+    except Exception:  # a metric with unusual state: compare nothing, flag nothing
+        return None
+
+
+def _subclasses(cls):
+    seen, stack = [], [cls]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.append(current)
+        stack.extend(current.__subclasses__())
+    return seen

@@ -1,0 +1,78 @@
+"""Fold what the probe saw into `Finding`s, and print them.
+
+One finding per (site, code, cause); repeats raise its count and add source
+names. Records hold strings and ints only, never a tensor or a tape.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from tapecheck.findings import Finding
+from tapecheck.probe.sites import display_path
+
+
+class Collector:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._records: dict[tuple, dict] = {}
+
+    def add(self, site, code: str, cause: str, message: str, hint: str = "",
+            names=(), count: int = 1, **details) -> None:
+        """Record one observation; `message` may hold `{names}`, filled at report time."""
+        if site is None:
+            return
+        key = (site.path, site.line, code, cause)
+        with self._lock:
+            record = self._records.get(key)
+            if record is None:
+                record = self._records[key] = {
+                    "site": site, "code": code, "cause": cause, "message": message,
+                    "hint": hint, "names": [], "count": 0, "details": {},
+                }
+            record["count"] += count
+            for name in names:
+                if name not in record["names"]:
+                    record["names"].append(name)
+            for field, value in details.items():
+                if isinstance(value, list):
+                    merged = record["details"].setdefault(field, [])
+                    merged.extend(v for v in value if v not in merged)
+                else:
+                    record["details"].setdefault(field, value)
+
+    def __len__(self):
+        return len(self._records)
+
+    def findings(self) -> list[Finding]:
+        with self._lock:
+            records = list(self._records.values())
+        out = []
+        for r in records:
+            site = r["site"]
+            names = ", ".join(f"`{n}`" for n in r["names"][:6])
+            if len(r["names"]) > 6:
+                names += f" and {len(r['names']) - 6} more"
+            details = {"cause": r["cause"], **r["details"]}
+            if r["names"]:
+                details["sources"] = list(r["names"])
+            out.append(Finding(
+                display_path(site.path), site.line, site.col, r["code"],
+                r["message"].format(names=names or "the sources"), r["hint"],
+                origin="probe", count=r["count"], details=details,
+            ))
+        return sorted(out)
+
+
+def render(findings, fmt: str = "text") -> str:
+    if fmt == "json":
+        return json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2) + "\n"
+    lines = []
+    for f in findings:
+        lines.append(f.format())
+        if f.hint:
+            lines.append(f"    hint: {f.hint}")
+    count = len(findings)
+    lines.append(f"tapecheck probe: {count} finding{'' if count == 1 else 's'}.")
+    return "\n".join(lines) + "\n"

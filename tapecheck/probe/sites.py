@@ -1,0 +1,105 @@
+"""Find the user's own line in the current stack.
+
+A site is the innermost frame that is neither TensorFlow, Keras, the standard
+library nor the probe. Frames of autograph-generated files (inside
+`@tf.function` and `fit`) are mapped back to the user's source through
+TensorFlow's `tf_stack`, which knows the source map.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from typing import NamedTuple
+
+
+class Site(NamedTuple):
+    path: str
+    line: int
+    col: int
+
+    def short(self) -> str:
+        return f"{display_path(self.path)}:{self.line}"
+
+
+_PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LIBRARY_DIRS = tuple(
+    {os.path.join(os.path.realpath(p), "") for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])}
+    | {os.path.join(os.path.abspath(p), "") for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])}
+)
+_THIRD_PARTY = ("site-packages", "dist-packages")
+_AUTOGRAPH = "__autograph_generated_file"
+_AUTOGRAPH_IMPL = os.path.join("tensorflow", "python", "autograph", "")
+_cache: dict[str, bool] = {}
+
+
+def is_user_file(filename: str) -> bool:
+    known = _cache.get(filename)
+    if known is None:
+        known = _cache[filename] = _classify(filename)
+    return known
+
+
+def _classify(filename: str) -> bool:
+    if filename.startswith("<frozen") or _AUTOGRAPH in filename:
+        return False
+    if filename.startswith(_PROBE_DIR) or filename.startswith(_LIBRARY_DIRS):
+        return False
+    parts = filename.replace("\\", "/").split("/")
+    return not any(p in _THIRD_PARTY for p in parts)
+
+
+def user_site(depth: int = 2) -> Site | None:
+    """The innermost user frame above the caller (`depth` frames up)."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if _AUTOGRAPH in filename:
+            return _mapped_site()
+        if is_user_file(filename):
+            return Site(os.path.abspath(filename) if not filename.startswith("<") else filename,
+                        frame.f_lineno, _column(frame))
+        frame = frame.f_back
+    return None
+
+
+def calls_from_user_code(depth: int = 2) -> bool:
+    """Whether the function `depth` frames up was called directly by user code.
+
+    Autograph's own frames (`converted_call`) are looked through: inside
+    `@tf.function` the user's call goes through them.
+    """
+    frame = sys._getframe(depth)
+    while frame is not None and _AUTOGRAPH_IMPL in frame.f_code.co_filename:
+        frame = frame.f_back
+    if frame is None:
+        return False
+    filename = frame.f_code.co_filename
+    return _AUTOGRAPH in filename or is_user_file(filename)
+
+
+def _column(frame) -> int:
+    try:
+        positions = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        col = positions[2]
+        return col + 1 if col is not None else 1
+    except (AttributeError, IndexError, TypeError):
+        return 1
+
+
+def _mapped_site() -> Site | None:
+    from tensorflow.python.util import tf_stack
+
+    for frame in reversed(tf_stack.extract_stack()):
+        if is_user_file(frame.filename):
+            return Site(os.path.abspath(frame.filename), frame.lineno, 1)
+    return None
+
+
+def display_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel

@@ -1,0 +1,258 @@
+"""Hooks on the real `tf.GradientTape` class.
+
+`__init__` notes who made the tape (user code, or TensorFlow/Keras itself, whose
+tapes are not reported) and where; `__enter__`/`__exit__` note the tensor-id
+counter so a target made after the block can be told apart; `watch` keeps ids;
+`gradient`/`jacobian`/`batch_jacobian` count calls, catch reuse before TF
+raises, and diagnose None results. Everything is kept by id, with a
+`weakref.finalize` that forgets the tape when it dies: no tape or tensor is
+ever held.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+from tensorflow.python.eager import backprop
+from tensorflow.python.framework import ops
+from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
+from tensorflow.python.util import nest
+
+from tapecheck.probe import diagnose, sites
+
+GradientTape = backprop.GradientTape
+
+REUSE_HINT = "Make the tape with `persistent=True` (and `del tape` after the last call), or record a new tape."
+
+
+class TapeInfo:
+    __slots__ = ("ref", "site", "persistent", "watch_vars", "user", "enter_uid", "exit_uid",
+                 "watched_ids", "grad_calls", "first_call", "finalizer", "__weakref__")
+
+    def __init__(self, tape, site, persistent, watch_vars, user):
+        self.ref = weakref.ref(tape)
+        self.site = site
+        self.persistent = persistent
+        self.watch_vars = watch_vars
+        self.user = user
+        self.enter_uid = None
+        self.exit_uid = None
+        self.watched_ids: set[int] = set()
+        self.grad_calls = 0
+        self.first_call = None
+        self.finalizer = None
+
+
+class TapeHooks:
+    def __init__(self, collector, variable_causes):
+        self.collector = collector
+        self.variable_causes = variable_causes  # shared with the optimizer hook
+        self.infos: dict[int, TapeInfo] = {}
+        self.local = threading.local()
+        self.active = True
+
+    # -- state -------------------------------------------------------------
+    def _stack(self) -> list:
+        stack = getattr(self.local, "stack", None)
+        if stack is None:
+            stack = self.local.stack = []
+        return stack
+
+    def _busy(self) -> bool:
+        return getattr(self.local, "busy", 0) > 0
+
+    def _forget(self, key, info_ref):
+        info = info_ref()
+        if info is None:
+            return
+        if self.infos.get(key) is info:
+            del self.infos[key]
+        if self.active and info.user and info.persistent and info.grad_calls == 1:
+            self._single_use(info)
+
+    def _single_use(self, info):
+        line = info.first_call.line if info.first_call else "?"
+        self.collector.add(
+            info.site, "TAP202", "persistent-single-use",
+            f"persistent tape is asked for gradients only once (line {line}): "
+            "it held every intermediate tensor for nothing",
+            "Drop `persistent=True`, or `del tape` as soon as the last gradient is taken.",
+        )
+
+    def finish(self):
+        """At the probe's end: report persistent tapes still alive, then let go of all."""
+        self.active = False
+        for info in list(self.infos.values()):
+            if info.finalizer is not None:
+                info.finalizer.detach()
+            if not (info.user and info.persistent and info.ref() is not None):
+                continue
+            if info.grad_calls == 1:
+                self._single_use(info)
+            else:
+                self.collector.add(
+                    info.site, "TAP202", "persistent-alive-at-exit",
+                    "persistent tape is still alive when the run ends: "
+                    "it keeps every recorded tensor alive until then",
+                    "`del tape` after its last gradient call.",
+                )
+        self.infos.clear()
+
+    def info_for(self, tape) -> TapeInfo | None:
+        return self.infos.get(id(tape))
+
+    # -- wrappers ----------------------------------------------------------
+    def install(self, patcher):
+        patcher.wrap(GradientTape, "__init__", self._wrap_init)
+        patcher.wrap(GradientTape, "__enter__", self._wrap_enter)
+        patcher.wrap(GradientTape, "__exit__", self._wrap_exit)
+        patcher.wrap(GradientTape, "watch", self._wrap_watch)
+        patcher.wrap(GradientTape, "gradient", self._wrap_call("gradient"))
+        patcher.wrap(GradientTape, "jacobian", self._wrap_call("jacobian"))
+        patcher.wrap(GradientTape, "batch_jacobian", self._wrap_call("batch_jacobian"))
+
+    def _wrap_init(self, original):
+        hooks = self
+
+        def __init__(self, persistent=False, watch_accessed_variables=True, *args, **kwargs):
+            original(self, persistent, watch_accessed_variables, *args, **kwargs)
+            if not hooks.active:
+                return
+            user = not hooks._busy() and sites.calls_from_user_code()
+            info = TapeInfo(self, sites.user_site() if user else None, bool(persistent),
+                            bool(watch_accessed_variables), user)
+            key = id(self)
+            hooks.infos[key] = info
+            info.finalizer = weakref.finalize(self, hooks._forget, key, weakref.ref(info))
+            info.finalizer.atexit = False
+
+        return __init__
+
+    def _wrap_enter(self, original):
+        hooks = self
+
+        def __enter__(self):
+            result = original(self)
+            info = hooks.infos.get(id(self)) if hooks.active else None
+            if info is not None:
+                info.enter_uid = ops.uid()
+                hooks._stack().append(info.ref)
+            return result
+
+        return __enter__
+
+    def _wrap_exit(self, original):
+        hooks = self
+
+        def __exit__(self, typ, value, traceback):
+            info = hooks.infos.get(id(self)) if hooks.active else None
+            if info is not None:
+                info.exit_uid = ops.uid()
+                stack = hooks._stack()
+                if info.ref in stack:
+                    stack.remove(info.ref)
+            return original(self, typ, value, traceback)
+
+        return __exit__
+
+    def _wrap_watch(self, original):
+        hooks = self
+
+        def watch(self, tensor):
+            result = original(self, tensor)
+            info = hooks.infos.get(id(self)) if hooks.active else None
+            if info is not None and info.user:
+                for t in nest.flatten(tensor, expand_composites=True):
+                    info.watched_ids.add(id(t))
+                    if hasattr(t, "_id") or hasattr(t, "graph"):
+                        try:
+                            info.watched_ids.add(ops.tensor_id(t))
+                        except (AttributeError, TypeError):
+                            pass
+            return result
+
+        return watch
+
+    def _wrap_call(self, kind):
+        hooks = self
+
+        def make(original):
+            def call(self, target, sources, *args, **kwargs):
+                info = hooks.infos.get(id(self)) if hooks.active and not hooks._busy() else None
+                if info is None or not info.user:
+                    return original(self, target, sources, *args, **kwargs)
+                site = sites.user_site()
+                if self._tape is None and not self._persistent and info.grad_calls:
+                    hooks._reused(info, site, kind)
+                    return original(self, target, sources, *args, **kwargs)  # raises, unchanged
+                info.grad_calls += 1
+                if info.first_call is None:
+                    info.first_call = site
+                handle = self._tape  # kept only for this call, to ask what it recorded
+                hooks.local.busy = getattr(hooks.local, "busy", 0) + 1
+                try:
+                    result = original(self, target, sources, *args, **kwargs)
+                finally:
+                    hooks.local.busy -= 1
+                position = 1 if kind == "gradient" else 0  # where unconnected_gradients sits in *args
+                unconnected = kwargs.get("unconnected_gradients", args[position] if len(args) > position else None)
+                if unconnected in (None, UnconnectedGradients.NONE, "none") and handle is not None:
+                    flat = nest.flatten(result)
+                    if any(g is None for g in flat):
+                        hooks.local.busy += 1
+                        try:
+                            hooks._diagnose(self, info, handle, target, sources, flat, site)
+                        finally:
+                            hooks.local.busy -= 1
+                return result
+
+            return call
+
+        return make
+
+    # -- reports -----------------------------------------------------------
+    def _reused(self, info, site, kind):
+        made = f"line {info.site.line}" if info.site else "an earlier line"
+        first = info.first_call.short() if info.first_call else "an earlier call"
+        self.collector.add(
+            site, "TAP201", "tape-reused",
+            f"non-persistent tape (made at {made}) already computed gradients at {first}: "
+            f"this second `{kind}` call raises RuntimeError",
+            REUSE_HINT, first_call=[first],
+        )
+
+    def _diagnose(self, tape, info, handle, target, sources, flat_grads, site):
+        flat_sources = nest.flatten(sources)
+        if len(flat_sources) != len(flat_grads):
+            return
+        targets = [t for t in nest.flatten(target) if t is not None]
+        local_names = diagnose.user_locals()
+        others = [ref() for ref in self._stack()]
+        others = [t for t in others if t is not None and t is not tape]
+        target_name = ", ".join(diagnose.describe(t, local_names) for t in targets) or "None"
+        none_sources = [s for s, g in zip(flat_sources, flat_grads) if g is None]
+        target_recorded = bool(targets) and diagnose.recorded(tape, handle, targets, others)
+        if not target_recorded:
+            cause = diagnose.target_cause(info, targets, target_name)
+            if cause is not None:  # integer, or made before/after the block: every gradient is None
+                self._add(site, cause, none_sources, local_names)
+                return
+        watched_handles = {id(v.handle) for v in tape.watched_variables()}
+        cut = []
+        for source in none_sources:
+            cause = diagnose.source_cause(info, tape, handle, source, watched_handles, others, targets)
+            if not target_recorded and cause.cause == "no-differentiable-path":
+                cut.append(source)  # the source reached the tape; the target did not
+            else:
+                self._add(site, cause, [source], local_names)
+        if cut:
+            self._add(site, diagnose.target_cut_off(targets, target_name), cut, local_names)
+
+    def _add(self, site, cause, sources, local_names):
+        names = [diagnose.describe(s, local_names) for s in sources]
+        extra = {"op": cause.op} if cause.op else {}
+        self.collector.add(site, cause.code, cause.cause, cause.text, cause.hint, names=names, **extra)
+        for source in sources:
+            if diagnose.is_variable(source):
+                self.variable_causes.remember(source, (site, cause))
