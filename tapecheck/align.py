@@ -1,0 +1,487 @@
+"""`tapecheck align`: prove that a custom training loop does what `model.fit` does, step for step.
+
+Both loops start from the same weights (copied from one model into the other, random
+seed state included, so Dropout draws the same masks), see the same batches in the same
+order, and use optimizers built by the same function. After every step the loss of each
+is compared (for `fit`, the loss of that batch, not the running mean it prints), and the
+weights after every step (or every N). A correct loop matches `fit` to float32 rounding;
+the verdict is either "aligned" or the first step where the loops part, naming the
+quantity (the loss, a variable, an epoch metric) and by how much.
+
+The protocol, a Python file (or the same callables passed to `align()`):
+
+    build_model()        -> a keras.Model; called twice, once for fit and once for your loop
+    make_optimizer()     -> a keras optimizer; called once for fit, once for your loop
+    loss_fn              -> the loss you mean; fit is compiled with it
+    data()               -> (x, y) arrays (batched here, never shuffled) or a tf.data.Dataset
+                            of (x, y) batches in a fixed order
+    and one of
+    train_step(model, optimizer, x, y) -> the batch loss       (align runs the loop), or
+    train(model, optimizer, dataset, epochs)                   (your loop, a generator):
+        yield the loss after every step, and at the end of each epoch optionally a dict of
+        the metrics your loop reports for it, e.g. {"loss": train_loss.result()}
+    optional: metrics() -> keras metrics fit is compiled with (compared with your epoch
+    dicts by name), EPOCHS, BATCH_SIZE.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import click
+
+DEFAULT_RTOL = 1e-5
+TINY = 1e-12  # keeps relative differences finite when both values are zero
+
+
+class AlignError(Exception):
+    """The loop could not be aligned at all (bad file, broken protocol, a crash); one line."""
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where the two loops first part."""
+
+    step: int  # 1-based global step; for an epoch metric, the epoch's last step
+    epoch: int  # 1-based
+    kind: str  # "loss", "variable", "epoch metric" or "steps"
+    name: str  # variable path or metric name ("loss" for the per-step loss)
+    fit_value: float
+    your_value: float
+    abs_diff: float
+    rel_diff: float
+    detail: str = ""
+
+    def describe(self) -> str:
+        where = f"step {self.step} (epoch {self.epoch})"
+        if self.kind == "steps":
+            return f"{where}: {self.detail}"
+        what = {"loss": "the loss", "variable": f"variable {self.name}", "epoch metric": f"the reported epoch metric {self.name!r}"}[self.kind]
+        text = (
+            f"{where}: {what} differs: fit {self.fit_value:.8g}, yours {self.your_value:.8g} "
+            f"(difference {self.abs_diff:.3g}, relative {self.rel_diff:.3g})"
+        )
+        return text + (f"; {self.detail}" if self.detail else "")
+
+
+@dataclass
+class AlignResult:
+    fit_losses: list[float]
+    your_losses: list[float]
+    steps_per_epoch: int
+    rtol: float
+    weights_every: int
+    max_loss_rel_diff: float
+    max_weight_rel_diff: float
+    epoch_metrics: list[dict[str, tuple[float, float]]] = field(default_factory=list)  # per epoch: name -> (fit, yours)
+    divergence: Divergence | None = None
+    uncompared: list[str] = field(default_factory=list)  # epoch metrics only one side reports
+
+    @property
+    def aligned(self) -> bool:
+        return self.divergence is None
+
+    def summary(self) -> str:
+        steps = len(self.fit_losses)
+        lines = []
+        if self.aligned:
+            lines.append(f"aligned: {steps} steps, every loss and weight within relative {self.rtol:g} of fit")
+        else:
+            lines.append(f"diverged at {self.divergence.describe()}")
+        lines.append(
+            f"largest relative difference: loss {self.max_loss_rel_diff:.3g}, weights {self.max_weight_rel_diff:.3g} "
+            f"(weights compared every {self.weights_every} step{'s' if self.weights_every != 1 else ''})"
+        )
+        if self.epoch_metrics:
+            names = sorted({name for epoch in self.epoch_metrics for name in epoch})
+            lines.append(f"epoch metrics compared: {', '.join(names)} over {len(self.epoch_metrics)} epochs")
+        if self.uncompared:
+            lines.append(f"not compared (reported by one side only): {', '.join(sorted(self.uncompared))}")
+        return "\n".join(lines)
+
+
+@dataclass
+class LoopSpec:
+    """What `align` needs from the user, whether from a file or passed directly."""
+
+    build_model: Callable[[], Any]
+    make_optimizer: Callable[[], Any]
+    loss_fn: Callable
+    data: Callable[[], Any]
+    train: Callable[..., Iterator]
+    metrics: Callable[[], list] | None = None
+    epochs: int = 2
+    batch_size: int = 32
+
+
+def loop_from_step(train_step: Callable) -> Callable[..., Iterator]:
+    """Turn `train_step(model, optimizer, x, y) -> loss` into the generator protocol."""
+
+    def train(model, optimizer, dataset, epochs):
+        for _ in range(epochs):
+            for x, y in dataset:
+                yield train_step(model, optimizer, x, y)
+
+    return train
+
+
+REQUIRED = ("build_model", "make_optimizer", "loss_fn", "data")
+
+
+def load_loop(path: str) -> LoopSpec:
+    """Import the user's file and check it follows the protocol. Raises AlignError."""
+    file = Path(path)
+    if not file.is_file():
+        raise AlignError(f"{path}: error: no such file")
+    # The file may import its neighbours, as it would when run as a script.
+    sys.path.insert(0, str(file.resolve().parent))
+    try:
+        spec = importlib.util.spec_from_file_location(f"tapecheck_align_{file.stem}", file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as exc:  # any failure in user code becomes one line naming the file
+        raise AlignError(f"{path}: error: importing it raised {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.pop(0)
+    missing = [name for name in REQUIRED if not hasattr(module, name)]
+    if not hasattr(module, "train") and not hasattr(module, "train_step"):
+        missing.append("train or train_step")
+    if missing:
+        raise AlignError(
+            f"{path}: error: missing {', '.join(missing)} (the align protocol needs build_model, "
+            "make_optimizer, loss_fn, data, and train or train_step; see `tapecheck align --help`)"
+        )
+    train = module.train if hasattr(module, "train") else loop_from_step(module.train_step)
+    return LoopSpec(
+        build_model=module.build_model,
+        make_optimizer=module.make_optimizer,
+        loss_fn=module.loss_fn,
+        data=module.data,
+        train=train,
+        metrics=getattr(module, "metrics", None),
+        epochs=int(getattr(module, "EPOCHS", 2)),
+        batch_size=int(getattr(module, "BATCH_SIZE", 32)),
+    )
+
+
+def relative_difference(fit_value, your_value) -> tuple[float, float]:
+    """(max absolute difference, that relative to the largest magnitude of fit's value)."""
+    import numpy as np
+
+    fit_value = np.asarray(fit_value, dtype=np.float64)
+    your_value = np.asarray(your_value, dtype=np.float64)
+    abs_diff = float(np.max(np.abs(fit_value - your_value))) if fit_value.size else 0.0
+    if math.isnan(abs_diff):
+        return math.inf, math.inf
+    scale = float(np.max(np.abs(fit_value))) if fit_value.size else 0.0
+    return abs_diff, abs_diff / max(scale, TINY)
+
+
+def _as_dataset(data, batch_size: int):
+    import numpy as np
+    import tensorflow as tf
+
+    if isinstance(data, tf.data.Dataset):
+        return data
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        raise AlignError("data() must return (x, y) arrays or a tf.data.Dataset of (x, y) batches")
+
+    def as_array(values):
+        values = np.asarray(values)
+        # fit and the loop both see float32, as the model computes; float64 input would be cast
+        # in different places by the two.
+        return values.astype(np.float32) if np.issubdtype(values.dtype, np.floating) else values
+
+    x, y = (as_array(part) for part in data)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+
+
+def _copy_state(source_model, target_model) -> None:
+    """Copy every variable, including Dropout's seed state, so both draw the same masks."""
+    source, target = source_model.variables, target_model.variables
+    shapes = [tuple(v.shape) for v in source], [tuple(v.shape) for v in target]
+    if shapes[0] != shapes[1]:
+        raise AlignError("build_model() returned two models with different variables; it must build the same architecture each call")
+    for source_variable, target_variable in zip(source, target):
+        target_variable.assign(source_variable)
+
+
+def _snapshot(model):
+    return [variable.numpy().copy() for variable in model.weights]
+
+
+def _fit_recorder(model):
+    """Run fit with a callback that records each batch's own loss and the weights after it."""
+    import keras
+    import tensorflow as tf
+
+    batch_loss = tf.Variable(0.0, dtype=tf.float32, trainable=False)
+    compute_loss = model.compute_loss
+
+    # fit's logs carry the running mean of the loss; the batch's own loss is the value
+    # `compute_loss` returns inside the train step, so keep it in a variable.
+    def compute_loss_and_keep_it(x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
+        batch_loss.assign(tf.cast(loss, tf.float32))
+        return loss
+
+    model.compute_loss = compute_loss_and_keep_it
+
+    class Recorder(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.losses, self.weights, self.epoch_logs, self.steps_per_epoch = [], [], [], []
+            self._steps = 0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._steps = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._steps += 1
+            self.losses.append(float(batch_loss.numpy()))
+            self.weights.append(_snapshot(model))
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.steps_per_epoch.append(self._steps)
+            self.epoch_logs.append({name: float(value) for name, value in (logs or {}).items()})
+
+    return Recorder()
+
+
+def _run_your_loop(spec: LoopSpec, model, optimizer, dataset, epochs):
+    """Drive the user's generator; record each yielded loss, the weights, the epoch dicts."""
+    import numpy as np
+
+    losses, weights, epoch_reports = [], [], []
+    try:
+        for item in spec.train(model, optimizer, dataset, epochs):
+            if isinstance(item, Mapping):
+                epoch_reports.append({name: float(np.asarray(value)) for name, value in item.items()})
+                continue
+            if isinstance(item, (tuple, list)):  # (loss, ...) from a step that returns more
+                item = item[0]
+            losses.append(float(np.asarray(item)))
+            weights.append(_snapshot(model))
+    except AlignError:
+        raise
+    except Exception as exc:
+        raise AlignError(f"your loop raised at step {len(losses) + 1}: {type(exc).__name__}: {exc}") from None
+    return losses, weights, epoch_reports
+
+
+def align(
+    build_model=None,
+    make_optimizer=None,
+    loss_fn=None,
+    data=None,
+    train=None,
+    train_step=None,
+    *,
+    spec: LoopSpec | None = None,
+    metrics=None,
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    rtol: float = DEFAULT_RTOL,
+    weights_every: int = 1,
+    seed: int = 0,
+    deterministic: bool = True,
+) -> AlignResult:
+    """Run `fit` and your loop from identical state and compare them step by step.
+
+    Pass the protocol's callables, or `spec=load_loop(path)`. `deterministic` turns on
+    TensorFlow op determinism for the process (needed on GPUs; harmless on CPUs).
+    Raises AlignError when either loop cannot run.
+    """
+    import keras
+    import tensorflow as tf
+
+    if spec is None:
+        if train is None and train_step is None:
+            raise AlignError("give train (a generator) or train_step")
+        spec = LoopSpec(build_model, make_optimizer, loss_fn, data, train or loop_from_step(train_step), metrics)
+    epochs = epochs or spec.epochs
+    batch_size = batch_size or spec.batch_size
+    if weights_every < 1:
+        raise AlignError("weights_every must be at least 1")
+
+    keras.utils.set_random_seed(seed)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+    try:
+        dataset = _as_dataset(spec.data(), batch_size)
+        first_x, _ = next(iter(dataset))
+        fit_model, your_model = spec.build_model(), spec.build_model()
+        for model in (fit_model, your_model):
+            if not model.built:
+                model(first_x)  # inference call: creates the variables, draws no random numbers
+        _copy_state(fit_model, your_model)
+        recorder = _fit_recorder(fit_model)
+        fit_model.compile(
+            optimizer=spec.make_optimizer(),
+            loss=spec.loss_fn,
+            metrics=spec.metrics() if spec.metrics else None,
+            jit_compile=False,  # your tf.function runs without XLA unless you ask; so does fit here
+        )
+        your_optimizer = spec.make_optimizer()
+    except AlignError:
+        raise
+    except Exception as exc:
+        raise AlignError(f"setting up raised {type(exc).__name__}: {exc}") from None
+    try:
+        fit_model.fit(dataset, epochs=epochs, shuffle=False, verbose=0, callbacks=[recorder])
+    except Exception as exc:
+        raise AlignError(f"model.fit raised {type(exc).__name__}: {exc}") from None
+    your_losses, your_weights, your_reports = _run_your_loop(spec, your_model, your_optimizer, dataset, epochs)
+    # Named as in fit's model: the first one built, so its paths carry no `_1` suffixes.
+    names = [variable.path for variable in fit_model.weights]
+    return compare(recorder, your_losses, your_weights, your_reports, names, rtol, weights_every)
+
+
+def compare(recorder, your_losses, your_weights, your_reports, names, rtol, weights_every) -> AlignResult:
+    """The verdict: walk the steps in order; the first quantity beyond `rtol` is the divergence."""
+    steps_per_epoch = recorder.steps_per_epoch[0] if recorder.steps_per_epoch else 0
+    epoch_ends = {}
+    total = 0
+    for epoch, count in enumerate(recorder.steps_per_epoch, start=1):
+        total += count
+        epoch_ends[total] = epoch
+    fit_steps = len(recorder.losses)
+
+    def epoch_of(step):
+        return next((epoch for end, epoch in sorted(epoch_ends.items()) if step <= end), len(epoch_ends))
+
+    divergence = None
+    max_loss, max_weight = 0.0, 0.0
+    epoch_metrics, uncompared = [], set()
+
+    def note(found):
+        nonlocal divergence
+        if divergence is None:
+            divergence = found
+
+    for step in range(1, min(fit_steps, len(your_losses)) + 1):
+        fit_loss, your_loss = recorder.losses[step - 1], your_losses[step - 1]
+        abs_diff, rel = relative_difference(fit_loss, your_loss)
+        max_loss = max(max_loss, rel)
+        if rel > rtol:
+            note(Divergence(step, epoch_of(step), "loss", "loss", fit_loss, your_loss, abs_diff, rel))
+        if step % weights_every == 0 or step == fit_steps:
+            worst = None
+            diverged = []
+            for name, fit_w, your_w in zip(names, recorder.weights[step - 1], your_weights[step - 1]):
+                abs_diff, rel = relative_difference(fit_w, your_w)
+                max_weight = max(max_weight, rel)
+                if rel > rtol:
+                    diverged.append(name)
+                    if worst is None or rel > worst[3]:
+                        index = (abs(fit_w.astype("float64") - your_w)).argmax()
+                        worst = (name, float(fit_w.flat[index]), float(your_w.flat[index]), rel, abs_diff)
+            if worst:
+                others = f"{len(diverged) - 1} other variable(s) too" if len(diverged) > 1 else "no other variable"
+                window = f"weights compared every {weights_every} steps; " if weights_every > 1 else ""
+                note(Divergence(step, epoch_of(step), "variable", worst[0], worst[1], worst[2], worst[4], worst[3], f"{window}{others}"))
+        if step in epoch_ends:
+            epoch = epoch_ends[step]
+            fit_logs = recorder.epoch_logs[epoch - 1]
+            yours = your_reports[epoch - 1] if epoch - 1 < len(your_reports) else None
+            if yours is None:
+                continue
+            compared = {}
+            uncompared.update(set(fit_logs) ^ set(yours) if your_reports else ())
+            for name in sorted(set(fit_logs) & set(yours)):
+                compared[name] = (fit_logs[name], yours[name])
+                abs_diff, rel = relative_difference(fit_logs[name], yours[name])
+                if rel > rtol:
+                    note(Divergence(step, epoch, "epoch metric", name, fit_logs[name], yours[name], abs_diff, rel))
+            epoch_metrics.append(compared)
+    if fit_steps != len(your_losses):
+        step = min(fit_steps, len(your_losses)) + 1
+        note(Divergence(step, epoch_of(step), "steps", "steps", fit_steps, len(your_losses), abs(fit_steps - len(your_losses)), math.inf,
+                        f"fit ran {fit_steps} steps, your loop yielded {len(your_losses)} losses"))
+    return AlignResult(
+        fit_losses=recorder.losses,
+        your_losses=your_losses,
+        steps_per_epoch=steps_per_epoch,
+        rtol=rtol,
+        weights_every=weights_every,
+        max_loss_rel_diff=max_loss,
+        max_weight_rel_diff=max_weight,
+        epoch_metrics=epoch_metrics,
+        divergence=divergence,
+        uncompared=sorted(uncompared),
+    )
+
+
+def plot(result: AlignResult, path: str) -> None:
+    """Both loss curves, and their difference per step, into an image file."""
+    # matplotlib is optional (the `plot` extra); Figure + Agg canvas leave pyplot's global state alone.
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ModuleNotFoundError:
+        raise AlignError("--plot needs matplotlib: pip install 'tapecheck[plot]'") from None
+    import numpy as np
+
+    count = min(len(result.fit_losses), len(result.your_losses))
+    steps = np.arange(1, count + 1)
+    fit_losses = np.asarray(result.fit_losses[:count])
+    your_losses = np.asarray(result.your_losses[:count])
+    figure = Figure(figsize=(8, 6), layout="constrained")
+    FigureCanvasAgg(figure)
+    curves, differences = figure.subplots(2, 1, sharex=True)
+    curves.plot(np.arange(1, len(result.fit_losses) + 1), result.fit_losses, label="fit", linewidth=2)
+    curves.plot(np.arange(1, len(result.your_losses) + 1), result.your_losses, label="your loop", linestyle="--")
+    curves.set_ylabel("batch loss")
+    curves.legend()
+    verdict = "aligned" if result.aligned else f"diverged at step {result.divergence.step}"
+    curves.set_title(f"tapecheck align: {verdict}")
+    relative = np.abs(fit_losses - your_losses) / np.maximum(np.abs(fit_losses), TINY)
+    # A log scale cannot show 0; exact agreement sits on the floor, far below the tolerance.
+    floor = 1e-12
+    differences.semilogy(steps, np.maximum(relative, floor), marker=".", label="|fit - yours| / |fit|")
+    differences.axhline(result.rtol, color="red", linestyle=":", label=f"tolerance {result.rtol:g}")
+    if result.divergence is not None:
+        for axes in (curves, differences):
+            axes.axvline(result.divergence.step, color="gray", linestyle="--", linewidth=1)
+    differences.set_xlabel("step")
+    differences.set_ylabel("relative difference")
+    differences.legend()
+    try:
+        figure.savefig(path)
+    except (OSError, ValueError) as exc:
+        raise AlignError(f"{path}: error: cannot write the plot: {exc}") from None
+
+
+@click.command(help=__doc__.split("\n\n", 1)[1].replace("\n", "\n\b\n", 1))
+@click.argument("loop_file", type=click.Path(dir_okay=False))
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Epochs to run (default: EPOCHS in the file, else 2).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Batch size when data() returns arrays (default: BATCH_SIZE, else 32).")
+@click.option("--rtol", type=click.FloatRange(min=0), default=DEFAULT_RTOL, show_default=True, help="Relative tolerance for losses, weights and epoch metrics.")
+@click.option("--every", "weights_every", type=click.IntRange(min=1), default=1, show_default=True, help="Compare the weights every N steps.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write both loss curves and their difference to this image (needs matplotlib).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for everything random outside the copied initial state.")
+def cli(loop_file, epochs, batch_size, rtol, weights_every, plot_path, seed):
+    """Exit status: 0 aligned, 1 diverged, 2 the loops could not be run."""
+    try:
+        spec = load_loop(loop_file)
+        result = align(spec=spec, epochs=epochs, batch_size=batch_size, rtol=rtol, weights_every=weights_every, seed=seed)
+        if plot_path:
+            plot(result, plot_path)
+    except AlignError as exc:
+        message = str(exc)
+        click.echo(message if message.startswith(f"{loop_file}:") or ": error: " in message else f"{loop_file}: error: {message}", err=True)
+        sys.exit(2)
+    click.echo(f"{loop_file}: {result.summary()}")
+    if plot_path:
+        click.echo(f"plot written to {plot_path}")
+    sys.exit(0 if result.aligned else 1)
+
+
+if __name__ == "__main__":
+    cli()
