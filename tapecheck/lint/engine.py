@@ -97,7 +97,19 @@ def _syntax_error_message(source: bytes, exc) -> str:
 
 
 def lint_source(source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule] = RULES) -> list[Finding]:
-    """Findings for one file's source, sorted by position. Raises LintError on bad input."""
+    """Findings for one file's source, sorted by position. Raises LintError on bad input.
+
+    A path ending in `.ipynb` is read as a Jupyter notebook (its code cells).
+    """
+    if path.endswith(".ipynb"):
+        from tapecheck.lint.notebooks import lint_notebook
+
+        return lint_notebook(source, path, rules)
+    return lint_python(source, path, rules)
+
+
+def lint_python(source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule] = RULES) -> list[Finding]:
+    """Findings for Python source, sorted by position. Raises LintError on bad input."""
     from tapecheck.lint.extract import extract
 
     if isinstance(source, str):

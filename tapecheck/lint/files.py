@@ -8,11 +8,11 @@ file named explicitly is always linted, whatever its name.
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from typing import Callable, Iterable
 
 from tapecheck.findings import FileError
 
-SOURCE_SUFFIXES = (".py", ".pyi")
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
 SKIP_DIRS = frozenset(
     {
         ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist",
@@ -76,23 +76,38 @@ def _repo_folders(root: str) -> list[str]:
     return folders[:-1] if folders and folders[-1] == os.path.abspath(root) else folders
 
 
-def discover(paths: Iterable[str]) -> tuple[list[str], list[FileError]]:
-    """The files to lint (sorted, without repeats) and errors for paths that do not exist."""
+def _default_excluded(path: str, is_dir: bool) -> bool:
+    return is_dir and os.path.basename(path) in SKIP_DIRS
+
+
+def discover(
+    paths: Iterable[str],
+    excluded: Callable[[str, bool], bool] | None = None,
+    force_exclude: bool = False,
+) -> tuple[list[str], list[FileError]]:
+    """The files to lint (sorted, without repeats) and errors for paths that do not exist.
+
+    `excluded(path, is_dir)` (the configuration's `exclude`, by default the
+    SKIP_DIRS names) prunes the walk; it applies to files named on the command
+    line only with `force_exclude` (what pre-commit needs).
+    """
+    excluded = excluded or _default_excluded
     files: dict[str, None] = {}
     errors: list[FileError] = []
     ignores = _GitIgnores()
     for given in paths:
         if os.path.isdir(given):
-            for path in _walk(given, ignores):
+            for path in _walk(given, ignores, excluded):
                 files.setdefault(path)
         elif os.path.exists(given) or os.path.islink(given):
-            files.setdefault(given)
+            if not (force_exclude and excluded(given, False)):
+                files.setdefault(given)
         else:
             errors.append(FileError(given, "no such file or directory"))
     return sorted(files), errors
 
 
-def _walk(root: str, ignores: _GitIgnores) -> Iterable[str]:
+def _walk(root: str, ignores: _GitIgnores, excluded: Callable[[str, bool], bool]) -> Iterable[str]:
     base_folders = _repo_folders(root)
     if base_folders and ignores.ignored(os.path.abspath(root), True, base_folders):
         base_folders = []  # the user named an ignored folder: lint it, honour only its own .gitignore files
@@ -119,13 +134,13 @@ def _walk(root: str, ignores: _GitIgnores) -> Iterable[str]:
             except OSError:
                 continue
             if is_dir:
-                if entry.name in SKIP_DIRS or _is_virtualenv(entry.path):
+                if excluded(absolute, True) or _is_virtualenv(entry.path):
                     continue
                 if ignores.ignored(absolute, True, folders):
                     continue
                 yield from walk(entry.path, folders)
             elif entry.name.endswith(SOURCE_SUFFIXES):
-                if not ignores.ignored(absolute, False, folders):
+                if not excluded(absolute, False) and not ignores.ignored(absolute, False, folders):
                     yield entry.path
 
     yield from walk(root, base_folders)

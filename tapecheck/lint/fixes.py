@@ -1,0 +1,454 @@
+"""`--fix` and `--diff`: mechanical edits for the findings that have one.
+
+A fixer turns a finding into a `Fix` (plain text edits) by looking at the
+file's syntax tree again; the rules themselves stay pure functions of facts.
+Fixes are applied one at a time, each kept only if the new text parses and
+re-linting shows one fewer finding of that code and no new finding of any
+other. Files are rewritten atomically (temp file, then rename), with their
+encoding, BOM and line endings kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import io
+import os
+import re
+import tempfile
+import tokenize
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from tapecheck.findings import Edit, Finding, Fix
+from tapecheck.lint.facts import GRADIENT_METHODS
+from tapecheck.rules import RULES, Rule
+
+MAX_PASSES = 50  # fixes applied per file; each pass lints the file twice
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+class FixError(Exception):
+    """A fixed file that could not be written; the message names the problem."""
+
+
+# -- source text ------------------------------------------------------------------
+@dataclass
+class SourceText:
+    """A file's text as the fixer sees it: decoded, with how to encode it back."""
+
+    text: str
+    encoding: str  # "utf-8-sig" when the file has a BOM
+    newline: str
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "SourceText":
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)  # the engine parsed it, so it decodes
+        match = _NEWLINE.search(text)
+        return cls(text, encoding, match.group(0) if match else "\n")
+
+    def encode(self, text: str | None = None) -> bytes:
+        return (self.text if text is None else text).encode(self.encoding)
+
+
+def _line_starts(text: str) -> list[int]:
+    return [0] + [match.end() for match in _NEWLINE.finditer(text)]
+
+
+def _offset(starts: list[int], text: str, line: int, col: int) -> int:
+    if line == len(starts) + 1 and col == 1:
+        return len(text)  # just past the last line
+    if not 1 <= line <= len(starts):
+        raise ValueError(f"edit at line {line} is outside the file")
+    offset = starts[line - 1] + col - 1
+    end = starts[line] if line < len(starts) else len(text)
+    if offset > end:
+        raise ValueError(f"edit at {line}:{col} is past the end of its line")
+    return offset
+
+
+def edit_spans(text: str, edits: Iterable[Edit]) -> list[tuple[int, int, str]]:
+    """(start, end, replacement) offsets of edits, sorted; ValueError if they overlap."""
+    starts = _line_starts(text)
+    spans = sorted(
+        (_offset(starts, text, e.line, e.col), _offset(starts, text, e.end_line, e.end_col), e.text)
+        for e in dict.fromkeys(edits)
+    )
+    for (start, end, _), (next_start, _, _) in zip(spans, spans[1:]):
+        if next_start < end or (next_start == start == end):
+            raise ValueError("edits overlap")
+    if any(end < start for start, end, _ in spans):
+        raise ValueError("edit ends before it starts")
+    return spans
+
+
+def apply_edits(text: str, edits: Iterable[Edit], newline: str = "\n") -> str:
+    """The text with the edits made (their "\\n" written as `newline`)."""
+    out = text
+    for start, end, replacement in reversed(edit_spans(text, edits)):
+        out = out[:start] + replacement.replace("\n", newline) + out[end:]
+    return out
+
+
+# -- finding the nodes ----------------------------------------------------------------
+class _Tree:
+    """A parsed file with positions, parents and the facts, for the fixers."""
+
+    def __init__(self, text: str, path: str):
+        import libcst as cst
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
+        from tapecheck.lint.extract import extract
+
+        self.cst = cst
+        self.text = text
+        self.lines = text.splitlines(keepends=True)
+        wrapper = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
+        self.module = wrapper.module
+        self.positions = wrapper.resolve(PositionProvider)
+        self.parents: dict = {}
+        for node in self.positions:
+            for child in node.children:
+                self.parents[child] = node
+        self.facts = extract(self.module, path)
+
+    def start(self, node) -> tuple[int, int]:
+        position = self.positions[node].start
+        return position.line, position.column + 1
+
+    def end(self, node) -> tuple[int, int]:
+        position = self.positions[node].end
+        return position.line, position.column + 1
+
+    def nodes_at(self, kind, line: int, col: int) -> list:
+        return [n for n, r in self.positions.items() if isinstance(n, kind) and (r.start.line, r.start.column + 1) == (line, col)]
+
+    def ancestors(self, node):
+        while node in self.parents:
+            node = self.parents[node]
+            yield node
+
+    def indent_of(self, line: int) -> str:
+        text = self.lines[line - 1]
+        return text[: len(text) - len(text.lstrip(" \t"))]
+
+    def fact_call(self, finding: Finding):
+        return next((c for c in self.facts.calls if (c.site.line, c.site.col) == (finding.line, finding.col)), None)
+
+
+def _replace(tree: _Tree, node, text: str) -> Edit:
+    (line, col), (end_line, end_col) = tree.start(node), tree.end(node)
+    return Edit(line, col, end_line, end_col, text)
+
+
+def _insert(line: int, col: int, text: str) -> Edit:
+    return Edit(line, col, line, col, text)
+
+
+def _insert_line_after(tree: _Tree, statement, text: str) -> Edit:
+    """Insert `text` as a line of its own after the line where `statement` ends."""
+    end_line = tree.end(statement)[0]
+    if end_line < len(tree.lines) or tree.lines[-1].endswith(("\n", "\r")):
+        return _insert(end_line + 1, 1, text + "\n")
+    return _insert(end_line, len(tree.lines[-1].rstrip("\r\n")) + 1, "\n" + text)
+
+
+# -- TAP302 ---------------------------------------------------------------------------
+def _fix_tap302(tree: _Tree, finding: Finding) -> Fix | None:
+    cst = tree.cst
+    call = tree.fact_call(finding)
+    if call is None or ".optimizers.legacy." in tree.facts.resolve(call.func.text) + ".":
+        return None
+    for node in tree.nodes_at(cst.Call, finding.line, finding.col):
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "reset_states":
+            return Fix("Call `reset_state()`", (_replace(tree, func.attr, "reset_state"),))
+        keywords = {arg.keyword.value: arg for arg in node.args if arg.keyword is not None}
+        if "lr" in keywords and "learning_rate" not in keywords:
+            return Fix("Pass `learning_rate=`", (_replace(tree, keywords["lr"].keyword, "learning_rate"),))
+    return None
+
+
+# -- tapes: TAP201, TAP202 -------------------------------------------------------------------
+def _tape_call(tree: _Tree, tape):
+    """The `tf.GradientTape(...)` call node that made a tape (facts: `tape.site`)."""
+    cst = tree.cst
+    for item in tree.nodes_at(cst.WithItem, tape.site.line, tape.site.col):
+        if isinstance(item.item, cst.Call):
+            return item.item
+    for kind in (cst.Assign, cst.AnnAssign):
+        for statement in tree.nodes_at(kind, tape.site.line, tape.site.col):
+            if isinstance(statement.value, cst.Call):
+                return statement.value
+    for statement in tree.nodes_at(cst.SimpleStatementLine, tape.site.line, tape.site.col):
+        for small in statement.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Call):
+                return small.value
+    return None
+
+
+def _persistent_arg(call):
+    """The argument that sets `persistent` (keyword, or the first positional), or None."""
+    for index, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == "persistent":
+            return arg
+        if index == 0 and arg.keyword is None and not arg.star:
+            return arg
+    return None
+
+
+def _del_after_last_use(tree: _Tree, tape) -> Edit | None:
+    """`del tape` after the statement holding the tape's last use, when that is simple.
+
+    Simple: the statement is in the suite that made the tape (so it runs on
+    every path that made it), the use is not in a comprehension, and the
+    statement does not leave the suite (return, raise...).
+    """
+    cst = tree.cst
+    facts = tree.facts
+    scope = facts.scope_of(tape.site)
+    uses = [
+        u for u in facts.uses
+        if (u.name == tape.name or u.name.startswith(tape.name + ".")) and facts.scope_of(u.site) == scope and u.site.order > tape.site.order
+    ]
+    if not uses or any(d.target == tape.name and facts.scope_of(d.site) == scope for d in facts.deletes):
+        return None
+    last = max(uses, key=lambda u: u.site.order)
+    if last.site.in_comprehension or last.site.block != tape.site.block:
+        return None
+    statements = [
+        s for s in tree.positions
+        if isinstance(s, cst.SimpleStatementLine) and tree.start(s)[0] <= last.site.line <= tree.end(s)[0]
+    ]
+    if len(statements) != 1:
+        return None
+    statement = statements[0]
+    first, final = tree.start(statement)[0], tree.end(statement)[0]
+    if any(first <= e.site.line <= final for e in facts.exits):
+        return None  # `return tape.gradient(...)`: nothing runs after it
+    return _insert_line_after(tree, statement, f"{tree.indent_of(tree.start(statement)[0])}del {tape.name}")
+
+
+def _fix_tap201(tree: _Tree, finding: Finding) -> Fix | None:
+    call = tree.fact_call(finding)
+    if call is None or not call.receiver:
+        return None
+    tape = tree.facts.tape_for(call.receiver, call.site)
+    node = _tape_call(tree, tape) if tape is not None else None
+    if node is None or any(arg.star for arg in node.args):
+        return None
+    existing = _persistent_arg(node)
+    if existing is not None:
+        edit = _replace(tree, existing.value, "True")
+    elif node.args:
+        line, col = tree.end(node.args[-1])
+        edit = _insert(line, col, ", persistent=True")
+    else:
+        line, col = tree.end(node)
+        edit = _insert(line, col - 1, "persistent=True")  # just before the `)`
+    edits = [edit]
+    release = _del_after_last_use(tree, tape)
+    if release is not None:
+        edits.append(release)
+    title = f"Make `{tape.name}` persistent" + (f" and `del {tape.name}` after its last use" if release else "")
+    return Fix(title, tuple(edits))
+
+
+def _fix_tap202(tree: _Tree, finding: Finding) -> Fix | None:
+    facts = tree.facts
+    tape = next((t for t in facts.tapes if (t.site.line, t.site.col) == (finding.line, finding.col)), None)
+    if tape is None or len(facts.tape_calls(tape, GRADIENT_METHODS)) != 1:
+        return None  # only the "asked once" finding: persistence is dropped, not released
+    node = _tape_call(tree, tape)
+    arg = _persistent_arg(node) if node is not None else None
+    if arg is None or any(a.star for a in node.args):
+        return None
+    index = node.args.index(arg)
+    if arg.keyword is None and len(node.args) > 1:
+        return None  # positional: the next argument would shift into its place
+    if index + 1 < len(node.args):  # drop "persistent=True, "
+        (line, col), (end_line, end_col) = tree.start(arg), tree.start(node.args[index + 1])
+    elif index > 0:  # drop ", persistent=True"
+        (line, col), (end_line, end_col) = tree.end(node.args[index - 1]), tree.end(arg)
+    else:  # the only argument: drop everything inside the parentheses
+        (line, col) = tree.start(arg)
+        end_line, end_col = tree.end(node)
+        end_col -= 1
+    return Fix("Drop `persistent=True`", (Edit(line, col, end_line, end_col, ""),))
+
+
+# -- TAP301 ----------------------------------------------------------------------------------
+def _epoch_loop(facts, read, name: str) -> int | None:
+    """The loop block to reset `name` in: the read's loop that holds a deeper update loop,
+    else (updated in another function) the outermost loop around the read."""
+    loops = facts.loops_between(None, read.site)
+    if not loops:
+        return None
+    updates = [c for c in facts.calls if (c.receiver == name and c.method == "update_state") or c.func.text == name]
+    for loop in reversed(loops):
+        for update in updates:
+            inner = facts.loops_between(None, update.site)
+            if facts.scope_of(update.site) == facts.scope_of(read.site) and loop in inner and inner.index(loop) < len(inner) - 1:
+                return loop
+    return loops[0]
+
+
+def _fix_tap301(tree: _Tree, finding: Finding) -> Fix | None:
+    cst = tree.cst
+    read = tree.fact_call(finding)
+    if read is None or read.method != "result" or not read.receiver:
+        return None
+    name = read.receiver
+    loop_block = _epoch_loop(tree.facts, read, name)
+    if loop_block is None:
+        return None
+    # the matching For/While node: loops around the read call, outer to inner, in its scope
+    call_node = next(iter(tree.nodes_at(cst.Call, finding.line, finding.col)), None)
+    if call_node is None:
+        return None
+    loop_nodes = []
+    for ancestor in tree.ancestors(call_node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            break
+        if isinstance(ancestor, (cst.For, cst.While)):
+            loop_nodes.append(ancestor)
+    loop_nodes.reverse()
+    loops = tree.facts.loops_between(None, read.site)
+    if len(loop_nodes) != len(loops):
+        return None  # the tree and the facts disagree (a `for ... else`): leave it alone
+    body = loop_nodes[loops.index(loop_block)].body
+    if not isinstance(body, cst.IndentedBlock) or not body.body:
+        return None
+    line, col = tree.start(body.body[0])
+    indent = tree.indent_of(line)
+    return Fix(f"Call `{name}.reset_state()` at the start of each epoch", (_insert(line, col, f"{name}.reset_state()\n{indent}"),), safe=False)
+
+
+FIXERS: dict[str, Callable[[_Tree, Finding], Fix | None]] = {
+    "TAP201": _fix_tap201,
+    "TAP202": _fix_tap202,
+    "TAP301": _fix_tap301,
+    "TAP302": _fix_tap302,
+}
+
+
+def attach_fixes(source: bytes, path: str, findings: Sequence[Finding]) -> list[Finding]:
+    """The findings, each with its fix when one applies (notebooks: none)."""
+    if path.endswith(".ipynb") or not any(f.code in FIXERS for f in findings):
+        return list(findings)
+    try:
+        tree = _Tree(SourceText.from_bytes(source).text, path)
+    except Exception:  # noqa: BLE001 - a fix is optional: a file we cannot re-read gets none
+        return list(findings)
+    out = []
+    for finding in findings:
+        fixer = FIXERS.get(finding.code)
+        fix = None
+        if fixer is not None and finding.cell is None:
+            try:
+                fix = fixer(tree, finding)
+            except (ValueError, KeyError, IndexError, AttributeError):
+                fix = None
+        out.append(dataclasses.replace(finding, fix=fix) if fix else finding)
+    return out
+
+
+# -- applying ------------------------------------------------------------------------------------
+@dataclass
+class FixOutcome:
+    path: str
+    original: bytes
+    fixed: bytes
+    fixed_count: int
+    remaining: list[Finding]
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed != self.original
+
+    def diff(self) -> str:
+        before = SourceText.from_bytes(self.original)
+        after = SourceText.from_bytes(self.fixed)
+        lines = difflib.unified_diff(
+            before.text.splitlines(keepends=True), after.text.splitlines(keepends=True),
+            fromfile=f"a/{self.path}", tofile=f"b/{self.path}",
+        )
+        return "".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def _lint(text: str, source: SourceText, path: str, keep: Callable[[Finding, str], bool], rules: Sequence[Rule]) -> list[Finding]:
+    from tapecheck.lint.engine import lint_python
+
+    return [f for f in lint_python(source.encode(text), path, rules) if keep(f, text)]
+
+
+def _improves(before: list[Finding], after: list[Finding], code: str) -> bool:
+    old, new = Counter(f.code for f in before), Counter(f.code for f in after)
+    return new[code] < old[code] and all(new[c] <= old[c] for c in new if c != code)
+
+
+def fix_source(
+    data: bytes,
+    path: str,
+    keep: Callable[[Finding, str], bool] = lambda finding, text: True,
+    unsafe: bool = False,
+    rules: Sequence[Rule] = RULES,
+) -> FixOutcome:
+    """Apply every applicable fix to a file's contents; nothing is written here.
+
+    `keep(finding, text)` says whether a finding counts (configuration and
+    suppressions); a fix is kept only if the result parses, loses one finding
+    of its code and gains none of another.
+    """
+    from tapecheck.lint.engine import LintError
+
+    source = SourceText.from_bytes(data)
+    text = source.text
+    findings = _lint(text, source, path, keep, rules)
+    start_count = len(findings)
+    rejected: set[tuple] = set()
+    for _ in range(MAX_PASSES):
+        candidates = [
+            f for f in attach_fixes(source.encode(text), path, findings)
+            if f.fix is not None and (f.fix.safe or unsafe) and (f.code, f.fix.edits) not in rejected
+        ]
+        if not candidates:
+            break
+        finding = candidates[0]
+        try:
+            new_text = apply_edits(text, finding.fix.edits, source.newline)
+            after = _lint(new_text, source, path, keep, rules)
+        except (ValueError, LintError, UnicodeEncodeError):
+            after = None
+        if after is None or new_text == text or not _improves(findings, after, finding.code):
+            rejected.add((finding.code, finding.fix.edits))
+            continue
+        text, findings = new_text, after
+    fixed = source.encode(text) if text != source.text else data
+    return FixOutcome(path, data, fixed, start_count - len(findings), findings)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace a file's contents all at once: a crash leaves the old file or the new, never half."""
+    target = os.path.realpath(path)  # through a symlink, not over it
+    folder = os.path.dirname(target) or "."
+    try:
+        mode = os.stat(target).st_mode & 0o7777
+        descriptor, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tapecheck-tmp")
+    except OSError as exc:
+        raise FixError(f"cannot write the fixed file: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, target)
+    except OSError as exc:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise FixError(f"cannot write the fixed file: {exc.strerror or exc}; the original is unchanged") from None
