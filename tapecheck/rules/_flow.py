@@ -1,0 +1,87 @@
+"""Span queries shared by the wave-2 rules: what an assignment's value or a call reads.
+
+Every event the extractor records carries an `order`; a call's arguments and an
+assignment's value occupy an order span. Looking events up by span (bisection
+over sorted orders) gives "the names this value reads" without a second walk.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+# Attributes that hold a model's variables: `model.trainable_variables` -> `model`.
+VARIABLE_ATTRIBUTES = frozenset(
+    {"trainable_variables", "trainable_weights", "variables", "weights", "trainable_params"}
+)
+# Parts of a dotted name that are static metadata, never a tensor on a gradient path.
+METADATA_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "name", "device", "rank"})
+# Calls whose result is static metadata (an integer, a shape): no gradient to cut.
+METADATA_CALLS = frozenset(
+    {
+        "len", "tensorflow.shape", "tensorflow.size", "tensorflow.rank", "tensorflow.shape_n",
+        "keras.ops.shape", "keras.ops.size", "tensorflow.keras.backend.shape", "keras.backend.shape",
+    }
+)
+
+
+class Spans:
+    """Uses and calls of one file, sorted by order, looked up by order span."""
+
+    def __init__(self, facts):
+        self.uses = sorted(facts.uses, key=lambda use: use.site.order)
+        self._use_orders = [use.site.order for use in self.uses]
+        self.calls = sorted(facts.calls, key=lambda call: call.site.order)
+        self._call_orders = [call.site.order for call in self.calls]
+
+    def uses_in(self, span: tuple[int, int]):
+        start, end = span
+        return self.uses[bisect_right(self._use_orders, start): bisect_right(self._use_orders, end)]
+
+    def calls_in(self, span: tuple[int, int]):
+        start, end = span
+        return self.calls[bisect_right(self._call_orders, start): bisect_right(self._call_orders, end)]
+
+
+_cache: list = [None, None]
+
+
+def spans_of(facts) -> Spans:
+    """The Spans of `facts`, built once per file even when several rules ask."""
+    if _cache[0] is not facts:
+        _cache[0], _cache[1] = facts, Spans(facts)
+    return _cache[1]
+
+
+def call_span(call) -> tuple[int, int]:
+    return (call.site.order, call.end_order)
+
+
+def within(order: int, span: tuple[int, int]) -> bool:
+    return span[0] < order <= span[1]
+
+
+def method_of(call) -> str:
+    """`numpy` for `x.numpy()` and for `model(x).numpy()`."""
+    return call.method or call.func.method
+
+
+def callee_of(facts, call) -> str:
+    return facts.resolve(call.func.text) if call.func.text else ""
+
+
+def is_metadata(name: str) -> bool:
+    """`x.shape`, `x.shape[0]`, `images.dtype`: static facts about a tensor."""
+    return any(part in METADATA_ATTRIBUTES for part in name.split(".")[1:])
+
+
+def prefixes(name: str):
+    """`a.b.c`, `a.b`, `a`: a dotted name and the objects it is read through."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        yield ".".join(parts[:end])
+
+
+def variable_owner(text: str) -> str:
+    """`model` for `model.trainable_variables`, "" for anything else."""
+    owner, _, attribute = text.rpartition(".")
+    return owner if owner and attribute in VARIABLE_ATTRIBUTES else ""
