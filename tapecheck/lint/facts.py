@@ -170,8 +170,12 @@ class FileFacts:
         """`first` runs whenever `second` runs, earlier: same or enclosing suite, before."""
         if first.order >= second.order or first.in_comprehension:
             return False
-        first_chain = self.chain(first.block)
-        return self.chain(second.block)[: len(first_chain)] == first_chain
+        first_chain = self._always_run_chain(first.block)
+        return self._always_run_chain(second.block)[: len(first_chain)] == first_chain
+
+    def _always_run_chain(self, block_id: int) -> list[int]:
+        # a `with` body always runs when its statement does: it decides nothing
+        return [bid for bid in self.chain(block_id) if self.blocks[bid].kind != "with"]
 
     def enclosing_class(self, site: Site) -> Block | None:
         for bid in reversed(self.chain(site.block)):

@@ -101,6 +101,16 @@ def grads_of(tape, loss, variables):
 ]
 
 INVALID = [
+    # a loss changed after the tape on one branch only: None gradients whenever it runs
+    """
+import tensorflow as tf
+def step(model, x, l2):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(model(x))
+    if l2:
+        loss = loss + l2 * tf.add_n([tf.nn.l2_loss(v) for v in model.trainable_variables])
+    return tape.gradient(loss, model.trainable_variables)  # expect: TAP101
+""",
     """
 import tensorflow as tf
 def train_step(model, x, y, opt):
@@ -147,11 +157,16 @@ def check(facts):
         for element in flatten(target):
             if element.kind == "name":
                 reaching = facts.reaching_assigns(element.text, call.site)
-                if not reaching or any(facts.records(tape, a.site) for a in reaching):
+                outside = [
+                    a for a in reaching
+                    if not facts.records(tape, a.site) and a.kind in ("assign", "augassign") and _computes(a.value)
+                ]
+                # a value changed after the tape started is never recorded, even if only on one branch;
+                # one made before the tape matters only when no binding inside it may hold
+                late = [a for a in outside if a.site.order > tape.site.order]
+                if not late and (not outside or len(outside) != len(reaching)):
                     continue
-                if not all(a.kind in ("assign", "augassign") and _computes(a.value) for a in reaching):
-                    continue
-                last = reaching[-1]
+                last = (late or outside)[-1]
                 when = "before" if last.site.order < tape.site.order else "after"
                 yield report(
                     facts, call.site, CODE,
