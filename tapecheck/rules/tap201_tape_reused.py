@@ -43,6 +43,12 @@ def train_step(encoder, head_a, head_b, x, opt):
     opt.apply_gradients(zip(grads_a, head_a.trainable_variables))
     opt.apply_gradients(zip(grads_b, head_b.trainable_variables))
 ```
+
+## Fix safety
+The fix adds `persistent=True` to the tape (or turns `persistent=False` into
+`True`) and, when the tape's last use is a plain statement in the suite that
+made it, adds `del tape` after that statement. It is safe: the code no longer
+raises, and computes the same gradients.
 '''
 
 from tapecheck.lint.facts import GRADIENT_METHODS
@@ -52,6 +58,7 @@ CODE = "TAP201"
 NAME = "tape-reused"
 SUMMARY = "a non-persistent tape is asked for gradients twice"
 PROBE = True
+FIXABLE = True
 TRIGGERS = (b"GradientTape",)
 
 VALID = [

@@ -33,6 +33,11 @@ def train_step(model, x, y, loss_fn, opt):
     grads = tape.gradient(loss, model.trainable_variables)
     opt.apply_gradients(zip(grads, model.trainable_variables))
 ```
+
+## Fix safety
+For a tape asked for gradients once, the fix drops `persistent=True`. It is
+safe: the single call gives the same gradients. A module-level tape that is
+never deleted has no automatic fix.
 '''
 
 from tapecheck.lint.facts import GRADIENT_METHODS
@@ -42,6 +47,7 @@ CODE = "TAP202"
 NAME = "persistent-tape-kept"
 SUMMARY = "a persistent tape is used once, or never released at module level"
 PROBE = True
+FIXABLE = True
 TRIGGERS = (b"GradientTape",)
 
 VALID = [

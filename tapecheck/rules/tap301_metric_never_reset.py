@@ -54,6 +54,12 @@ def fit(model, opt, dataset, epochs):
             train_step(model, opt, x, y)
         print(epoch, float(train_loss.result()))
 ```
+
+## Fix safety
+The fix inserts `<metric>.reset_state()` as the first statement of the epoch
+loop. It is unsafe (applied only with `--unsafe-fixes`): it changes the numbers
+the loop reports, which is the point, but the loop it picks may not be the one
+you think of as the epoch.
 '''
 
 from tapecheck.rules._common import metric_bindings, report
@@ -62,6 +68,7 @@ CODE = "TAP301"
 NAME = "metric-never-reset"
 SUMMARY = "a Keras metric read every epoch is never reset"
 PROBE = True
+FIXABLE = True
 TRIGGERS = (b"metrics", b"Metric")
 
 RESETS = frozenset({"reset_state", "reset_states"})

@@ -33,6 +33,11 @@ optimizer = tf.keras.optimizers.Adam(learning_rate=1e-3)
 for epoch in range(5):
     train_acc.reset_state()
 ```
+
+## Fix safety
+The fix renames `reset_states()` to `reset_state()` and `lr=` to
+`learning_rate=`. It is safe. Legacy optimizers and `get_gradients` have no
+automatic fix.
 '''
 
 from tapecheck.rules._common import flatten, is_keras_class, metric_bindings, report
@@ -41,6 +46,7 @@ CODE = "TAP302"
 NAME = "removed-keras-api"
 SUMMARY = "a call Keras 3 removed (`reset_states()`, `lr=`, legacy optimizers)"
 PROBE = False
+FIXABLE = True
 TRIGGERS = (b"reset_states", b"optimizers", b"get_gradients")
 
 VALID = [
