@@ -3,12 +3,15 @@
 Asked only when a gradient came back None, so the normal step pays nothing.
 Causes and the codes they are reported under (the linter's vocabulary):
 
-  TAP101 target-not-recorded   the target was computed before/after the `with`
-                               block, or cut off by a non-differentiable op
-  TAP101 integer-target        the target has an integer dtype
-  TAP101 no-differentiable-path  the source reaches the tape, but an op on the
+  TAP101 target-after-block    the target was computed after the `with` block
+  TAP101 target-before-block   ... or before it
+  TAP104 target-cut-off        the target was computed in the block but cut off
+                               by an op without gradient (argmax, int cast,
+                               a numpy round-trip)
+  TAP104 integer-target        the target has an integer dtype
+  TAP104 no-differentiable-path  the source reaches the tape, but an op on the
                                way to the target has no gradient (round,
-                               stop_gradient, argmax, int cast, numpy)
+                               stop_gradient, argmax, int cast)
   TAP102 variable-not-read     the source variable was never read while the
                                tape recorded
   TAP103 tensor-not-watched    the source tensor was never `watch`ed
@@ -43,6 +46,7 @@ class Cause:
     text: str  # the message, with `{names}` for the sources
     hint: str
     op: str | None = None
+    at: object = None  # the op's own user line (traced code), reported there
 
 
 def is_variable(obj) -> bool:
@@ -118,7 +122,7 @@ def block_text(info) -> str:
 def target_cause(info, targets, names) -> Cause | None:
     """Why the tape did not record the target, when the target alone explains it."""
     if targets and all(is_integer(t) for t in targets):
-        return Cause("TAP101", "integer-target",
+        return Cause("TAP104", "integer-target",
                      f"the gradient target `{names}` has an integer dtype: every gradient is None",
                      "Compute the loss in a float dtype; an int cast or argmax on the way has no gradient.")
     ids = [ops.tensor_id(t) for t in targets if _has_id(t)]
@@ -137,13 +141,13 @@ def target_cause(info, targets, names) -> Cause | None:
 
 
 def target_cut_off(targets, names) -> Cause:
-    op = graph_cut(targets, None)
+    op, at = graph_cut(targets, None)
     found = f" ({op})" if op else " (argmax, an int cast or a numpy round-trip)"
-    return Cause("TAP101", "target-cut-off",
+    return Cause("TAP104", "target-cut-off",
                  f"the gradient target `{names}` is cut off from the tape by a non-differentiable op{found}: "
                  "every gradient is None",
                  "Keep the loss differentiable: no argmax, int casts or `.numpy()` between the model and the loss.",
-                 op)
+                 op, at)
 
 
 def source_cause(info, tape, handle, source, watched_handles, other_tapes, targets) -> Cause:
@@ -169,12 +173,12 @@ def source_cause(info, tape, handle, source, watched_handles, other_tapes, targe
                      f"source {{names}} is a tensor never watched by the tape made at line "
                      f"{info.site.line if info.site else '?'}: its gradient is None",
                      "Call `tape.watch(x)` inside the `with` block, before using it.")
-    op = graph_cut(targets, source)
+    op, at = graph_cut(targets, source)
     found = f" ({op})" if op else " (round, stop_gradient, argmax, an int cast or a numpy round-trip?)"
-    return Cause("TAP101", "no-differentiable-path",
+    return Cause("TAP104", "no-differentiable-path",
                  f"the target does not depend on source {{names}} through differentiable ops{found}: its gradient is None",
                  "Remove the non-differentiable op between this source and the loss, or drop the source.",
-                 op)
+                 op, at)
 
 
 def _has_id(t) -> bool:
@@ -198,7 +202,8 @@ def _float_in_int_out(op) -> bool:
     return bool(outs) and all(d.is_integer or d.is_bool for d in outs) and any(d.is_floating for d in ins)
 
 
-def _op_label(op) -> str:
+def _op_label(op):
+    """`ArgMax` op `ArgMax` at train.py:12, and that user site (from the op's creation stack)."""
     label = f"`{op.type}` op `{op.name}`"
     try:
         frames = op.traceback
@@ -206,27 +211,29 @@ def _op_label(op) -> str:
         frames = None
     for frame in reversed(list(frames or [])):
         if sites.is_user_file(frame.filename):
-            return f"{label} at {os.path.basename(frame.filename)}:{frame.lineno}"
-    return label
+            site = sites.Site(os.path.abspath(frame.filename), frame.lineno, 1)
+            return f"{label} at {os.path.basename(frame.filename)}:{frame.lineno}", site
+    return label, None
 
 
-def graph_cut(targets, source) -> str | None:
+def graph_cut(targets, source):
     """Inside a traced function: the op that cuts `source` (or anything) off the target.
 
-    Walks the graph back from the target; returns a label for the op closest to
-    the target that has no gradient. Eager tensors keep no producer, so None.
+    Walks the graph back from the target; returns (label, user site) of the op
+    closest to the target that has no gradient. Eager tensors keep no producer:
+    (None, None).
     """
     starts = []
     for t in targets:
         try:
             starts.append(t.op)
         except AttributeError:
-            return None  # eager tensor
+            return None, None  # eager tensor
     wanted = None
     if source is not None:
         wanted = _graph_source(targets[0].graph if targets else None, source)
         if wanted is None:
-            return None
+            return None, None
     seen, queue, parent = set(), list(starts), {}
     while queue and len(seen) < _MAX_OPS:
         op = queue.pop(0)
@@ -242,16 +249,16 @@ def graph_cut(targets, source) -> str | None:
             if id(producer) not in seen:
                 parent.setdefault(id(producer), op)
                 queue.append(producer)
-    return None
+    return None, None
 
 
-def _first_cut_on_path(op, parent) -> str | None:
+def _first_cut_on_path(op, parent):
     """From the op that consumes the source up to the target: the first op without a gradient."""
     while op is not None:
         if _no_gradient(op) or _float_in_int_out(op):
             return _op_label(op)
         op = parent.get(id(op))
-    return None
+    return None, None
 
 
 def _graph_source(graph, source):

@@ -214,7 +214,13 @@ class TapeHooks:
     # -- reports -----------------------------------------------------------
     def _reused(self, info, site, kind):
         made = f"line {info.site.line}" if info.site else "an earlier line"
-        first = info.first_call.short() if info.first_call else "an earlier call"
+        first = info.first_call
+        if first is None:
+            first = "an earlier call"
+        elif site is not None and first.path == site.path:
+            first = f"line {first.line}"
+        else:
+            first = first.short()
         self.collector.add(
             site, "TAP201", "tape-reused",
             f"non-persistent tape (made at {made}) already computed gradients at {first}: "
@@ -233,18 +239,19 @@ class TapeHooks:
         target_name = ", ".join(diagnose.describe(t, local_names) for t in targets) or "None"
         none_sources = [s for s, g in zip(flat_sources, flat_grads) if g is None]
         target_recorded = bool(targets) and diagnose.recorded(tape, handle, targets, others)
-        if not target_recorded:
-            cause = diagnose.target_cause(info, targets, target_name)
-            if cause is not None:  # integer, or made before/after the block: every gradient is None
-                self._add(site, cause, none_sources, local_names)
-                return
+        target_cause = None if target_recorded else diagnose.target_cause(info, targets, target_name)
+        if target_cause is not None:
+            # Integer, or made before/after the block: every gradient is None, whatever else holds.
+            self._add(site, target_cause, none_sources, local_names)
         watched_handles = {id(v.handle) for v in tape.watched_variables()}
         cut = []
         for source in none_sources:
             cause = diagnose.source_cause(info, tape, handle, source, watched_handles, others, targets)
-            if not target_recorded and cause.cause == "no-differentiable-path":
+            if cause.cause != "no-differentiable-path":
+                self._add(site, cause, [source], local_names)  # its own cause, even if the target is fixed
+            elif target_cause is None and not target_recorded:
                 cut.append(source)  # the source reached the tape; the target did not
-            else:
+            elif target_cause is None:
                 self._add(site, cause, [source], local_names)
         if cut:
             self._add(site, diagnose.target_cut_off(targets, target_name), cut, local_names)
@@ -252,6 +259,9 @@ class TapeHooks:
     def _add(self, site, cause, sources, local_names):
         names = [diagnose.describe(s, local_names) for s in sources]
         extra = {"op": cause.op} if cause.op else {}
+        if cause.at is not None:  # the op that cut the path, in traced code: report at its line
+            extra["gradient_call"] = site.short() if site else "?"
+            site = cause.at
         self.collector.add(site, cause.code, cause.cause, cause.text, cause.hint, names=names, **extra)
         for source in sources:
             if diagnose.is_variable(source):

@@ -1,0 +1,124 @@
+"""`tapecheck probe [options] script.py [args...]` / `tapecheck probe -m module [args...]`.
+
+Runs the program as `__main__` with its own argv under a probe, then prints
+the report (also when the program raises or calls `sys.exit`). The exit
+status is the program's own, unless `--fail-on-findings` and findings.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+
+import click
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-m", "module", default=None, metavar="MODULE", help="Run a module as `python -m MODULE` does.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Report format.")
+@click.option("--output", "output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the report to this file instead of standard error.")
+@click.option("--fail-on-findings", is_flag=True, help="Exit with status 1 when there are findings (if the program itself succeeded).")
+@click.argument("program", nargs=-1, type=click.UNPROCESSED)
+def probe(module, fmt, output, fail_on_findings, program):
+    """Run a training program under the runtime probe and report why gradients were None.
+
+    \b
+    tapecheck probe train.py --epochs 3
+    tapecheck probe -m mypackage.train --epochs 3
+    tapecheck probe --format json --output probe.json train.py
+
+    The report goes to standard error (or --output); the program keeps stdout.
+    Inside @tf.function (and fit) the checks run while the function is traced.
+    """
+    if module is None and not program:
+        raise click.UsageError("give a script to run, or -m MODULE")
+    if module is None:
+        script, args = program[0], list(program[1:])
+        if not os.path.isfile(script):
+            raise click.BadParameter(f"{script}: no such file", param_hint="SCRIPT")
+    else:
+        script, args = None, list(program)
+
+    from tapecheck.probe.session import Probe
+
+    session = Probe()
+    status, error = 0, None
+    kept = None  # the program's globals, alive until the probe has looked at them
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    session.start()
+    try:
+        if script is not None:
+            sys.argv = [script, *args]
+            sys.path[0] = os.path.dirname(os.path.abspath(script))
+            kept = runpy.run_path(script, run_name="__main__")
+        else:
+            sys.argv = [module, *args]  # runpy puts the module's path in argv[0]
+            sys.path[0] = os.getcwd()
+            kept = runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except ImportError as exc:
+        if module is not None and getattr(exc, "name", None) == module.split(".")[0] and not _module_found(module):
+            session.stop()
+            _restore(saved_argv, saved_path0)
+            raise click.BadParameter(f"no module named {module!r}", param_hint="-m") from None
+        status, error = 1, exc
+    except KeyboardInterrupt as exc:
+        status, error = 130, exc
+    except BaseException as exc:  # the program's own error: reported, then shown as Python would
+        status, error = 1, exc
+    finally:
+        session.stop()
+        _restore(saved_argv, saved_path0)
+    del kept
+    findings = session.findings
+    text = session.report(fmt)
+    if output:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        sys.stderr.write(text)
+    if error is not None:
+        _print_traceback(error)
+    if fail_on_findings and findings and status == 0:
+        status = 1
+    sys.exit(status)
+
+
+def _exit_status(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")  # what Python does with sys.exit("message")
+    return 1
+
+
+def _module_found(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _restore(argv, path0):
+    sys.argv = argv
+    if path0 is not None and sys.path:
+        sys.path[0] = path0
+
+
+def _print_traceback(error):
+    """The traceback Python would print, without the probe's and runpy's frames."""
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    report = traceback.TracebackException(type(error), error, error.__traceback__)
+    report.stack = traceback.StackSummary.from_list([
+        frame for frame in report.stack
+        if not frame.filename.startswith(here) and "runpy" not in frame.filename
+    ])
+    sys.stderr.write("".join(report.format()))
