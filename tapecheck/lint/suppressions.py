@@ -22,6 +22,7 @@ from tapecheck.findings import Finding
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.I)
 _IGNORE = re.compile(r"#\s*tapecheck:\s*ignore(?:\[(?P<codes>[^\]]*)\])?")
 _CODE = re.compile(r"[A-Za-z]+[0-9]+")
+_SCREEN = re.compile(rb"(?i)noqa|tapecheck:")  # files without either are not tokenized
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def parse_comment(comment: str) -> list[tuple[str, tuple[str, ...] | None, str, 
 
 def scan(source: str, path: str, cell_line: Callable[[int], tuple[int | None, int]] | None = None) -> list[Suppression]:
     """Every suppression in a source text. `cell_line` maps program lines to (cell, line) for notebooks."""
-    if "noqa" not in source and "tapecheck:" not in source:
+    if not _SCREEN.search(source.encode("utf-8", "replace")):
         return []
     found = []
     for line, col, comment in _comments(source):
@@ -107,7 +108,7 @@ def read_suppressions(path: str, data: bytes | None = None) -> list[Suppression]
                 data = handle.read()
         except OSError:
             return []
-    if b"noqa" not in data and b"tapecheck:" not in data:
+    if not _SCREEN.search(data):
         return []
     if path.endswith(".ipynb"):
         from tapecheck.lint.notebooks import NotebookError, notebook_program
@@ -186,6 +187,7 @@ def split(
         idle = tuple(c for c in ours if (suppression, c) not in used)
         if idle:
             result.unused.append(_unused(suppression, idle))
+    result.unused.sort(key=lambda u: (u.path, u.cell or 0, u.line, u.col))
     return result
 
 
