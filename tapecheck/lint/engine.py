@@ -123,8 +123,16 @@ def lint_python(source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule
         raise LintError("code nested too deeply to analyse") from None
     findings: set[Finding] = set()
     for rule in rules:
-        if rule.check is not None:
+        if rule.check is None:
+            continue
+        try:
             findings.update(rule.check(facts))
+        except RecursionError:
+            raise LintError(f"code nested too deeply for {rule.code} to analyse") from None
+        except Exception as exc:  # a bug in one rule must not stop the run over every other file
+            raise LintError(
+                f"internal error in {rule.code} ({type(exc).__name__}: {exc}); please report it with this file"
+            ) from exc
     return sorted(findings)
 
 
