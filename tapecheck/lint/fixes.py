@@ -199,12 +199,12 @@ def _persistent_arg(call):
     return None
 
 
-def _del_after_last_use(tree: _Tree, tape) -> Edit | None:
-    """`del tape` after the statement holding the tape's last use, when that is simple.
+def _del_after_last_use(tree: _Tree, tape, maker_call) -> Edit | None:
+    """`del tape` after the statement that holds the tape's last use, when that is simple.
 
-    Simple: the statement is in the suite that made the tape (so it runs on
-    every path that made it), the use is not in a comprehension, and the
-    statement does not leave the suite (return, raise...).
+    Simple: that statement sits in the suite that made the tape (so it runs
+    whenever the tape was made; a loop or an `if` around the use is fine) and
+    is not itself a `return`, `raise`, `break` or `continue`.
     """
     cst = tree.cst
     facts = tree.facts
@@ -216,17 +216,17 @@ def _del_after_last_use(tree: _Tree, tape) -> Edit | None:
     if not uses or any(d.target == tape.name and facts.scope_of(d.site) == scope for d in facts.deletes):
         return None
     last = max(uses, key=lambda u: u.site.order)
-    if last.site.in_comprehension or last.site.block != tape.site.block:
+    maker = next((a for a in tree.ancestors(maker_call) if isinstance(a, (cst.With, cst.SimpleStatementLine))), None)
+    suite = tree.parents.get(maker) if maker is not None else None
+    used = tree.nodes_at((cst.Name, cst.Attribute), last.site.line, last.site.col)
+    if suite is None or not used:
         return None
-    statements = [
-        s for s in tree.positions
-        if isinstance(s, cst.SimpleStatementLine) and tree.start(s)[0] <= last.site.line <= tree.end(s)[0]
-    ]
-    if len(statements) != 1:
+    statement = next((n for n in (used[0], *tree.ancestors(used[0])) if tree.parents.get(n) is suite), None)
+    if statement is None:
         return None
-    statement = statements[0]
-    first, final = tree.start(statement)[0], tree.end(statement)[0]
-    if any(first <= e.site.line <= final for e in facts.exits):
+    if isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, (cst.Return, cst.Raise, cst.Break, cst.Continue)) for small in statement.body
+    ):
         return None  # `return tape.gradient(...)`: nothing runs after it
     return _insert_line_after(tree, statement, f"{tree.indent_of(tree.start(statement)[0])}del {tape.name}")
 
@@ -249,7 +249,7 @@ def _fix_tap201(tree: _Tree, finding: Finding) -> Fix | None:
         line, col = tree.end(node)
         edit = _insert(line, col - 1, "persistent=True")  # just before the `)`
     edits = [edit]
-    release = _del_after_last_use(tree, tape)
+    release = _del_after_last_use(tree, tape, node)
     if release is not None:
         edits.append(release)
     title = f"Make `{tape.name}` persistent" + (f" and `del {tape.name}` after its last use" if release else "")

@@ -1,0 +1,244 @@
+"""`--fix` / `--diff`: each fix is checked on every fixture and every INVALID example
+(it parses, the finding goes, a second run changes nothing, nothing outside the fixed
+spans moves), files keep encoding and line endings, and an interrupted write loses nothing."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import libcst
+import pytest
+from click.testing import CliRunner
+
+from tapecheck.cli import main
+from tapecheck.lint import lint_source
+from tapecheck.lint.fixes import SourceText, apply_edits, attach_fixes, edit_spans, fix_source
+from tapecheck.rules import RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXABLE = [rule for rule in RULES if rule.fixable]
+CODE_BLOCK = re.compile(r"## (Example|Use instead)\n```python\n(.*?)```", re.S)
+TAPECHECK = str(Path(sys.executable).with_name("tapecheck"))
+
+
+def corpus():
+    """(name, source) of every fixture and every fixable rule's INVALID examples."""
+    for path in sorted((ROOT / "fixtures").glob("*/*.py")):
+        yield path.relative_to(ROOT).as_posix(), path.read_bytes()
+    for rule in FIXABLE:
+        for index, source in enumerate(rule.invalid):
+            yield f"{rule.code}-invalid-{index}", source.encode()
+        yield f"{rule.code}-doc-example", dict(CODE_BLOCK.findall(rule.doc))["Example"].encode()
+
+
+CORPUS = list(corpus())
+
+
+def _changes_within(original: str, fixed: str, spans: list[tuple[int, int]]) -> bool:
+    """Every character of `original` outside the spans is in `fixed`, in order and unchanged:
+    the text before the first span and after the last is identical, the gaps between spans
+    appear in order in between."""
+    position, previous_end = 0, 0
+    for start, end in sorted(spans):
+        if start < previous_end:  # the same edit proposed by two findings
+            previous_end = max(previous_end, end)
+            continue
+        gap = original[previous_end:start]
+        if previous_end == 0:
+            if not fixed.startswith(gap):
+                return False
+            found = 0
+        else:
+            found = fixed.find(gap, position)
+            if found < 0:
+                return False
+        position, previous_end = found + len(gap), end
+    tail = original[previous_end:]
+    return fixed.endswith(tail) and len(fixed) - len(tail) >= position
+
+
+def _fixable(source: bytes, name: str):
+    return [f for f in attach_fixes(source, name, lint_source(source, name)) if f.fix is not None]
+
+
+def test_the_corpus_exercises_every_fixable_rule():
+    fixed_codes = {f.code for name, source in CORPUS for f in _fixable(source, name)}
+    assert fixed_codes == {rule.code for rule in FIXABLE}
+    assert {rule.code for rule in FIXABLE} == {"TAP201", "TAP202", "TAP301", "TAP302"}
+
+
+@pytest.mark.parametrize("name,source", CORPUS, ids=[name for name, _ in CORPUS])
+def test_each_fix_alone_parses_removes_its_finding_and_touches_only_its_spans(name, source):
+    text = SourceText.from_bytes(source).text
+    before = lint_source(source, name)
+    for finding in _fixable(source, name):
+        spans = [(start, end) for start, end, _ in edit_spans(text, finding.fix.edits)]
+        fixed = apply_edits(text, finding.fix.edits)
+        libcst.parse_module(fixed)
+        after = lint_source(fixed, name)
+        assert sum(f.code == finding.code for f in after) < sum(f.code == finding.code for f in before), finding
+        assert _changes_within(text, fixed, spans), finding
+
+
+@pytest.mark.parametrize("name,source", CORPUS, ids=[name for name, _ in CORPUS])
+def test_fixing_a_whole_file_is_safe_and_idempotent(name, source):
+    findings = lint_source(source, name)
+    original_fixes = _fixable(source, name)
+    result = fix_source(source, name, unsafe=True)
+    libcst.parse_module(result.fixed)
+    after = lint_source(result.fixed, name)
+    assert len(after) == len(findings) - result.fixed_count
+    for code in {f.code for f in original_fixes}:
+        assert sum(f.code == code for f in after) < sum(f.code == code for f in findings)
+    text = SourceText.from_bytes(source).text
+    spans = [(s, e) for f in original_fixes for s, e, _ in edit_spans(text, f.fix.edits)]
+    assert _changes_within(text, SourceText.from_bytes(result.fixed).text, spans)
+    again = fix_source(result.fixed, name, unsafe=True)
+    assert again.fixed == result.fixed and again.fixed_count == 0
+
+
+@pytest.mark.parametrize("rule", FIXABLE, ids=lambda r: r.code)
+def test_the_doc_example_fixed_is_the_use_instead(rule):
+    blocks = dict(CODE_BLOCK.findall(rule.doc))
+    example = blocks["Example"].replace("  # RuntimeError", "")
+    result = fix_source(example.encode(), "example.py", unsafe=True)
+    assert result.fixed.decode() == blocks["Use instead"]
+
+
+def test_safe_fixes_leave_unsafe_ones_alone():
+    example = dict(CODE_BLOCK.findall(next(r for r in RULES if r.code == "TAP301").doc))["Example"]
+    assert fix_source(example.encode(), "e.py").fixed == example.encode()
+    assert fix_source(example.encode(), "e.py", unsafe=True).fixed != example.encode()
+
+
+TAPE_LOOP = """\
+import tensorflow as tf
+
+
+def two_heads(model, x):
+    with tf.GradientTape(watch_accessed_variables=True) as tape:
+        a, b = model(x)
+    ga = tape.gradient(a, model.trainable_variables)
+    gb = tape.gradient(b, model.trainable_variables)  # second call
+    return ga, gb
+
+
+def once(model, x):
+    with tf.GradientTape(
+        persistent=True,
+        watch_accessed_variables=False,
+    ) as tape:
+        tape.watch(x)
+        y = model(x)
+    return tape.gradient(y, x)
+"""
+TAPE_LOOP_FIXED = TAPE_LOOP.replace(
+    "GradientTape(watch_accessed_variables=True)", "GradientTape(watch_accessed_variables=True, persistent=True)"
+).replace(
+    "# second call\n", "# second call\n    del tape\n"
+).replace("        persistent=True,\n        watch", "        watch")
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_fix_in_place_and_report(tmp_path):
+    path = tmp_path / "loop.py"
+    path.write_text(TAPE_LOOP)
+    result = run("lint", "--fix", str(path))
+    assert path.read_text() == TAPE_LOOP_FIXED
+    assert result.exit_code == 0 and result.output == "0 findings in 1 file (2 fixed).\n"
+    assert run("lint", "--fix", str(path)).output == "0 findings in 1 file.\n"
+
+
+def test_diff_writes_nothing(tmp_path):
+    path = tmp_path / "loop.py"
+    path.write_text(TAPE_LOOP)
+    before = os.stat(path)
+    result = run("lint", "--diff", str(path))
+    assert result.exit_code == 1
+    assert path.read_text() == TAPE_LOOP and os.stat(path).st_mtime_ns == before.st_mtime_ns
+    assert result.stdout.startswith(f"--- a/{path}\n+++ b/{path}\n")
+    assert "+    del tape\n" in result.stdout and "-        persistent=True,\n" in result.stdout
+    assert "Would fix 1 file." in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.py"]
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        pytest.param(lambda text: text.replace("\n", "\r\n").encode(), id="crlf"),
+        pytest.param(lambda text: b"\xef\xbb\xbf" + text.encode(), id="bom"),
+        pytest.param(lambda text: ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + text).encode("latin-1"), id="latin-1"),
+        pytest.param(lambda text: text.replace("    ", "\t").encode(), id="tabs"),
+        pytest.param(lambda text: text.rstrip("\n").encode(), id="no-final-newline"),
+    ],
+)
+def test_files_keep_encoding_and_line_endings(tmp_path, encode):
+    path = tmp_path / "loop.py"
+    path.write_bytes(encode(TAPE_LOOP))
+    run("lint", "--fix", str(path))
+    expected = encode(TAPE_LOOP_FIXED)
+    assert path.read_bytes() == expected
+
+
+def test_only_enabled_unsuppressed_findings_are_fixed(tmp_path):
+    path = tmp_path / "loop.py"
+    source = TAPE_LOOP.replace("# second call", "# noqa: TAP201")
+    path.write_text(source)
+    run("lint", "--fix", "--ignore", "TAP202", str(path))
+    assert path.read_text() == source
+
+
+def test_mode_and_symlinks_are_kept(tmp_path):
+    real = tmp_path / "real.py"
+    real.write_text(TAPE_LOOP)
+    os.chmod(real, 0o640)
+    link = tmp_path / "link.py"
+    link.symlink_to(real)
+    run("lint", "--fix", str(link))
+    assert link.is_symlink() and real.read_text() == TAPE_LOOP_FIXED
+    assert stat.S_IMODE(os.stat(real).st_mode) == 0o640
+
+
+def test_notebooks_and_stdin_are_not_rewritten(tmp_path):
+    notebook = tmp_path / "nb.ipynb"
+    notebook.write_bytes((ROOT / "tests" / "data" / "regression_loop.ipynb").read_bytes())
+    before = notebook.read_bytes()
+    result = run("lint", "--fix", "--unsafe-fixes", str(notebook))
+    assert notebook.read_bytes() == before and "TAP301" in result.output
+    result = CliRunner().invoke(main, ["lint", "--fix", "-"], input=TAPE_LOOP)
+    assert result.exit_code == 2 and "standard input" in result.output
+
+
+def _limit_file_size(limit: int):
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_an_interrupted_write_leaves_the_original_intact(tmp_path):
+    path = tmp_path / "loop.py"
+    path.write_text(TAPE_LOOP)
+    # the fixed file is longer than the original: the OS stops the write half-way
+    result = subprocess.run(
+        [TAPECHECK, "lint", "--fix", str(path)], capture_output=True, text=True,
+        preexec_fn=_limit_file_size(len(TAPE_LOOP.encode())), timeout=120,
+    )
+    assert path.read_text() == TAPE_LOOP
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.py"]  # no temp file left behind
+    assert result.returncode == 1 and "Traceback" not in result.stderr + result.stdout
+    assert f"{path}: error: cannot write the fixed file: File too large; the original is unchanged" in result.stdout
+    # and without the limit the same command fixes it
+    subprocess.run([TAPECHECK, "lint", "--fix", str(path)], capture_output=True, timeout=120)
+    assert path.read_text() == TAPE_LOOP_FIXED
