@@ -1,0 +1,238 @@
+'''# TAP402 state-created-in-step
+
+## What it does
+Flags a Keras optimizer, a Keras metric or a `tf.Variable` constructed once per
+training step: inside the loop body that computes or applies the gradients, or
+inside the step function itself (a `@tf.function`, a Keras `train_step`, or
+a function called from a loop) when that function computes or applies gradients.
+A construction guarded by an `if` (made on the first call only) is not flagged.
+
+## Why is this bad?
+These objects are state that must live across steps. An optimizer made anew each
+step forgets its moments and its iteration count: Adam restarts from its bias-
+corrected first step every time, momentum never builds up, a learning-rate
+schedule never advances. A metric made each step reports the last batch only. A
+variable made each step is re-initialized each step, and inside `tf.function`
+TensorFlow raises `ValueError: tf.function only supports singleton tf.Variables
+created on the first call`.
+
+## Example
+```python
+import tensorflow as tf
+
+def train(model, dataset, loss_fn):
+    for x, y in dataset:
+        optimizer = tf.keras.optimizers.Adam(1e-3)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+```
+
+## Use instead
+```python
+import tensorflow as tf
+
+def train(model, dataset, loss_fn):
+    optimizer = tf.keras.optimizers.Adam(1e-3)
+    for x, y in dataset:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+```
+'''
+
+from __future__ import annotations
+
+from tapecheck.lint.facts import GRADIENT_METHODS
+from tapecheck.rules._common import is_keras_class, report
+from tapecheck.rules._flow import callee_of, method_of
+
+CODE = "TAP402"
+NAME = "state-created-in-step"
+SUMMARY = "an optimizer, metric or `tf.Variable` is created anew at every training step"
+PROBE = True
+TRIGGERS = (b"apply_gradients", b"GradientTape")
+
+VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
+STEP_DECORATORS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function"})
+NOT_STEPS = frozenset({"__init__", "build", "__call__", "call"})
+KERAS_STEPS = frozenset({"train_step", "test_step"})  # `fit` and `evaluate` call these per batch
+
+WHY = {
+    "optimizer": "a new optimizer each step forgets its moments and iteration count (Adam restarts, momentum never builds)",
+    "metric": "a new metric each step only ever reports the last batch",
+    "variable": "the variable is re-initialized each step (inside tf.function this raises ValueError)",
+}
+
+VALID = [
+    # made once before the loop, reset per epoch, re-created per epoch for the metric
+    """
+import tensorflow as tf
+def fit(model, train_ds, loss_fn, epochs):
+    optimizer = tf.keras.optimizers.Adam(1e-3)
+    for epoch in range(epochs):
+        train_acc = tf.keras.metrics.SparseCategoricalAccuracy()
+        for x, y in train_ds:
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)
+                loss = loss_fn(y, logits)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            train_acc.update_state(y, logits)
+        print(epoch, float(train_acc.result()))
+""",
+    # the tf.function pattern: create on the first call only
+    """
+import tensorflow as tf
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.optimizer = tf.keras.optimizers.SGD(learning_rate=0.1)
+        self.step_count = None
+    @tf.function
+    def train_step(self, x, y):
+        if self.step_count is None:
+            self.step_count = tf.Variable(0, trainable=False)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.model(x, training=True) - y))
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        self.step_count.assign_add(1)
+""",
+    # a learning-rate schedule object and a loss object are not per-step state
+    """
+import tensorflow as tf
+def step(model, opt, x, y):
+    loss_fn = tf.keras.losses.MeanSquaredError()
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+""",
+    # a function that runs the whole training: the optimizer is made once per call
+    """
+import tensorflow as tf
+def train(model, ds):
+    opt = tf.keras.optimizers.Adam()
+    for x, y in ds:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x, training=True) - y)
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+""",
+]
+
+INVALID = [
+    """
+import tensorflow as tf
+@tf.function
+def train_step(model, optimizer, x, y):
+    loss_metric = tf.keras.metrics.Mean()  # expect: TAP402
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    loss_metric.update_state(loss)
+    return loss_metric.result()
+""",
+    # the step is a function called from the batch loop, which makes the optimizer
+    """
+from tensorflow import keras
+import tensorflow as tf
+def train_step(model, optimizer, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+for x, y in dataset:
+    opt = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)  # expect: TAP402
+    train_step(model, opt, x, y)
+""",
+]
+
+
+def _kind(facts, call, local_metrics) -> str:
+    callee = callee_of(facts, call)
+    if callee in VARIABLE_CLASSES:
+        return "variable"
+    if is_keras_class(callee, "optimizers") and ".schedules." not in callee:
+        return "optimizer"
+    if is_keras_class(callee, "metrics") or (call.func.kind == "name" and call.func.text in local_metrics):
+        return "metric"
+    return ""
+
+
+def _is_step_work(facts, call) -> bool:
+    """A call that computes or applies gradients: the body of a training step."""
+    method = method_of(call)
+    if method == "apply_gradients":
+        return True
+    return method in GRADIENT_METHODS and bool(call.receiver) and facts.tape_for(call.receiver, call.site) is not None
+
+
+def _step_functions(facts, work) -> dict[int, str]:
+    """Function blocks that do one training step per call: block id -> name."""
+    called_in_loops = {
+        call.func.text.rsplit(".", 1)[-1]
+        for call in facts.calls
+        if call.func.text and facts.loops_between(None, call.site)
+    }
+    steps = {}
+    for call in work:
+        block = facts.blocks[facts.scope_of(call.site)]
+        if block.kind != "function" or block.name in NOT_STEPS or facts.loops_between(None, call.site):
+            continue
+        if block.name.startswith("test"):
+            continue  # a unit test: runs once
+        if set(block.decorators) & STEP_DECORATORS or block.name in KERAS_STEPS or block.name in called_in_loops:
+            steps[block.id] = block.name
+    return steps
+
+
+def _step_loops(facts, work, steps) -> dict[int, int]:
+    """Loop blocks whose every pass is one training step: loop id -> line of the step."""
+    loops = {}
+    step_names = set(steps.values())
+    work_ids = {id(call) for call in work}
+    for call in facts.calls:
+        if id(call) in work_ids or call.func.text.rsplit(".", 1)[-1] in step_names:
+            inner = facts.loops_between(None, call.site)
+            if inner:
+                loops.setdefault(inner[-1], call.site.line)
+    return loops
+
+
+def _guarded(facts, site, outer: int) -> bool:
+    """Inside an `if` (or a try/except) between `outer` and the site: made on some passes only."""
+    chain = facts.chain(site.block)
+    start = chain.index(outer) if outer in chain else 0
+    return any(facts.blocks[b].kind in ("if", "else", "except", "match") for b in chain[start:])
+
+
+def check(facts):
+    local_metrics = {
+        block.name for block in facts.blocks
+        if block.kind == "class" and any(is_keras_class(base, "metrics") for base in block.bases)
+    }
+    makers = [(call, _kind(facts, call, local_metrics)) for call in facts.calls]
+    makers = [(call, kind) for call, kind in makers if kind and not call.site.in_comprehension]
+    if not makers:
+        return
+    work = [call for call in facts.calls if _is_step_work(facts, call)]
+    steps = _step_functions(facts, work)
+    loops = _step_loops(facts, work, steps)
+    for call, kind in makers:
+        scope = facts.scope_of(call.site)
+        chain = facts.chain(call.site.block)
+        where = ""
+        if scope in steps and not _guarded(facts, call.site, scope):
+            where = f"inside the step function `{steps[scope]}`"
+        else:
+            for loop in reversed(chain):
+                if loop in loops and facts.blocks[loop].scope == scope and not _guarded(facts, call.site, loop):
+                    where = f"inside the loop that runs a training step each pass (line {loops[loop]})"
+                    break
+        if where:
+            yield report(
+                facts, call.site, CODE,
+                f"`{call.func.text}` is created {where}: {WHY[kind]}",
+                "Create it once, before the training loop (or in `__init__`), and reuse it.",
+            )
