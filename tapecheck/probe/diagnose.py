@@ -61,11 +61,10 @@ def is_integer(obj) -> bool:
     return dtype.is_integer or dtype.is_bool
 
 
-def describe(obj, local_names) -> str:
-    """A short name for a source or target: the user's local name, the variable path, or shape."""
-    for name, value in local_names.items():
-        if value is obj:
-            return name
+def describe(obj, given: str | None = None) -> str:
+    """A short name: the text at the call site, the variable's path, or dtype and shape."""
+    if given:
+        return given
     if is_variable(obj):
         name = getattr(obj, "path", None) or getattr(obj, "name", "variable")
         return name[:-2] if name.endswith(":0") else name
@@ -76,20 +75,40 @@ def describe(obj, local_names) -> str:
     return f"{dtype} tensor of shape {tuple(shape)}".strip()
 
 
-def user_locals(max_frames: int = 30) -> dict:
-    """Locals of the innermost user frame (for naming sources). Eager code only."""
-    import sys
+_trees: dict[str, object] = {}
 
-    frame = sys._getframe(1)
-    for _ in range(max_frames):
-        if frame is None:
-            return {}
-        if sites.is_user_file(frame.f_code.co_filename):
-            return dict(frame.f_locals)
-        if "__autograph_generated_file" in frame.f_code.co_filename:
-            return {}
-        frame = frame.f_back
-    return {}
+
+def call_texts(site) -> tuple[str | None, list[str] | None]:
+    """The source text of the target and of each source at the `gradient` call.
+
+    Read from the user's file (parsed once per file, only when a gradient was
+    None), never from frame locals: reading `f_locals` would keep the user's
+    tensors and tapes alive for as long as the frame runs.
+    """
+    import ast
+    import linecache
+
+    if site is None or site.path.startswith("<"):
+        return None, None
+    tree = _trees.get(site.path)
+    if tree is None:
+        try:
+            tree = ast.parse("".join(linecache.getlines(site.path)))
+        except (SyntaxError, ValueError):
+            tree = False
+        _trees[site.path] = tree
+    if not tree:
+        return None, None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and node.lineno <= site.line <= (node.end_lineno or node.lineno)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("gradient", "jacobian", "batch_jacobian") and len(node.args) >= 2):
+            target = ast.unparse(node.args[0])
+            sources = node.args[1]
+            if isinstance(sources, (ast.List, ast.Tuple)):
+                return target, [ast.unparse(e) for e in sources.elts]
+            return target, None if not isinstance(sources, ast.Name) else [sources.id]
+    return None, None
 
 
 def recorded(tape, handle, tensors, other_tapes) -> bool:

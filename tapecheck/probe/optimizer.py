@@ -91,7 +91,7 @@ class OptimizerHooks:
             cause_site, cause = known
             # Same record as the gradient-time diagnosis: say the update skipped it.
             self.collector.add(cause_site, cause.code, cause.cause, cause.text, cause.hint, count=0,
-                               skipped_by_apply_gradients=[diagnose.describe(variable, {})], applied_at=[where])
+                               skipped_by_apply_gradients=[diagnose.describe(variable)], applied_at=[where])
         if unknown:
             code = "TAP101" if all_none else "TAP102"
             what = "every gradient is None" if all_none else "Keras skips these variables"
@@ -100,7 +100,7 @@ class OptimizerHooks:
                 "the optimizer got None gradients for {names}: " + what
                 + " (the tape that computed them was not seen by the probe: made by Keras, or before the probe started)",
                 "Check that the loss is computed inside the tape from these variables.",
-                names=[diagnose.describe(v, {}) for v in unknown],
+                names=[diagnose.describe(v) for v in unknown],
             )
 
 

@@ -82,6 +82,12 @@ class TapeHooks:
 
     def finish(self):
         """At the probe's end: report persistent tapes still alive, then let go of all."""
+        import gc
+
+        gc.collect()  # tapes only held by reference cycles (jacobian's pfor makes some) are not alive
+        for info in list(self.infos.values()):
+            if info.ref() is None and info.finalizer is not None and info.finalizer.alive:
+                info.finalizer()  # collected just now: report as it would have on its own
         self.active = False
         for info in list(self.infos.values()):
             if info.finalizer is not None:
@@ -233,31 +239,34 @@ class TapeHooks:
         if len(flat_sources) != len(flat_grads):
             return
         targets = [t for t in nest.flatten(target) if t is not None]
-        local_names = diagnose.user_locals()
+        target_text, source_texts = diagnose.call_texts(site)
+        if source_texts is not None and len(source_texts) != len(flat_sources):
+            source_texts = None  # a nested structure: name by variable path instead
+        names = {id(s): source_texts[i] for i, s in enumerate(flat_sources)} if source_texts else {}
         others = [ref() for ref in self._stack()]
         others = [t for t in others if t is not None and t is not tape]
-        target_name = ", ".join(diagnose.describe(t, local_names) for t in targets) or "None"
+        target_name = target_text or ", ".join(diagnose.describe(t) for t in targets) or "None"
         none_sources = [s for s, g in zip(flat_sources, flat_grads) if g is None]
         target_recorded = bool(targets) and diagnose.recorded(tape, handle, targets, others)
         target_cause = None if target_recorded else diagnose.target_cause(info, targets, target_name)
         if target_cause is not None:
             # Integer, or made before/after the block: every gradient is None, whatever else holds.
-            self._add(site, target_cause, none_sources, local_names)
+            self._add(site, target_cause, none_sources, names)
         watched_handles = {id(v.handle) for v in tape.watched_variables()}
         cut = []
         for source in none_sources:
             cause = diagnose.source_cause(info, tape, handle, source, watched_handles, others, targets)
             if cause.cause != "no-differentiable-path":
-                self._add(site, cause, [source], local_names)  # its own cause, even if the target is fixed
+                self._add(site, cause, [source], names)  # its own cause, even if the target is fixed
             elif target_cause is None and not target_recorded:
                 cut.append(source)  # the source reached the tape; the target did not
             elif target_cause is None:
-                self._add(site, cause, [source], local_names)
+                self._add(site, cause, [source], names)
         if cut:
-            self._add(site, diagnose.target_cut_off(targets, target_name), cut, local_names)
+            self._add(site, diagnose.target_cut_off(targets, target_name), cut, names)
 
-    def _add(self, site, cause, sources, local_names):
-        names = [diagnose.describe(s, local_names) for s in sources]
+    def _add(self, site, cause, sources, given_names):
+        names = [diagnose.describe(s, given_names.get(id(s))) for s in sources]
         extra = {"op": cause.op} if cause.op else {}
         if cause.at is not None:  # the op that cut the path, in traced code: report at its line
             extra["gradient_call"] = site.short() if site else "?"
