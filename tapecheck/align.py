@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import click
+import numpy as np
 
 DEFAULT_RTOL = 1e-5
 TINY = 1e-12  # keeps relative differences finite when both values are zero
@@ -146,7 +147,7 @@ def load_loop(path: str) -> LoopSpec:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except Exception as exc:  # any failure in user code becomes one line naming the file
-        raise AlignError(f"{path}: error: importing it raised {type(exc).__name__}: {exc}") from None
+        raise AlignError(f"{path}: error: importing it raised {one_line(exc)}") from None
     finally:
         sys.path.pop(0)
     missing = [name for name in REQUIRED if not hasattr(module, name)]
@@ -170,10 +171,18 @@ def load_loop(path: str) -> LoopSpec:
     )
 
 
+def one_line(exc: BaseException) -> str:
+    """`Type: message` on one line; TF's "in user code:" tracebacks keep their last line."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[-1] if lines[0] == "in user code:" else lines[0]
+    text = text if text.startswith(type(exc).__name__) else f"{type(exc).__name__}: {text}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def relative_difference(fit_value, your_value) -> tuple[float, float]:
     """(max absolute difference, that relative to the largest magnitude of fit's value)."""
-    import numpy as np
-
     fit_value = np.asarray(fit_value, dtype=np.float64)
     your_value = np.asarray(your_value, dtype=np.float64)
     abs_diff = float(np.max(np.abs(fit_value - your_value))) if fit_value.size else 0.0
@@ -184,7 +193,6 @@ def relative_difference(fit_value, your_value) -> tuple[float, float]:
 
 
 def _as_dataset(data, batch_size: int):
-    import numpy as np
     import tensorflow as tf
 
     if isinstance(data, tf.data.Dataset):
@@ -256,8 +264,6 @@ def _fit_recorder(model):
 
 def _run_your_loop(spec: LoopSpec, model, optimizer, dataset, epochs):
     """Drive the user's generator; record each yielded loss, the weights, the epoch dicts."""
-    import numpy as np
-
     losses, weights, epoch_reports = [], [], []
     try:
         for item in spec.train(model, optimizer, dataset, epochs):
@@ -271,7 +277,7 @@ def _run_your_loop(spec: LoopSpec, model, optimizer, dataset, epochs):
     except AlignError:
         raise
     except Exception as exc:
-        raise AlignError(f"your loop raised at step {len(losses) + 1}: {type(exc).__name__}: {exc}") from None
+        raise AlignError(f"your loop raised at step {len(losses) + 1}: {one_line(exc)}") from None
     return losses, weights, epoch_reports
 
 
@@ -310,9 +316,22 @@ def align(
     if weights_every < 1:
         raise AlignError("weights_every must be at least 1")
 
+    # TensorFlow's public API can turn op determinism on but not ask or turn it off; the
+    # module behind it can, and lets align leave the process as it found it.
+    from tensorflow.python.framework import config as tf_config
+
     keras.utils.set_random_seed(seed)
+    determinism_was_on = tf_config.is_op_determinism_enabled()
     if deterministic:
         tf.config.experimental.enable_op_determinism()
+    try:
+        return _align(spec, epochs, batch_size, rtol, weights_every)
+    finally:
+        if not determinism_was_on:
+            tf_config.disable_op_determinism()
+
+
+def _align(spec: LoopSpec, epochs: int, batch_size: int, rtol: float, weights_every: int) -> AlignResult:
     try:
         dataset = _as_dataset(spec.data(), batch_size)
         first_x, _ = next(iter(dataset))
@@ -332,90 +351,93 @@ def align(
     except AlignError:
         raise
     except Exception as exc:
-        raise AlignError(f"setting up raised {type(exc).__name__}: {exc}") from None
+        raise AlignError(f"setting up raised {one_line(exc)}") from None
+    # Your loop first: if it is broken, say so before spending the time fit takes.
+    your_losses, your_weights, your_reports = _run_your_loop(spec, your_model, your_optimizer, dataset, epochs)
     try:
         fit_model.fit(dataset, epochs=epochs, shuffle=False, verbose=0, callbacks=[recorder])
     except Exception as exc:
-        raise AlignError(f"model.fit raised {type(exc).__name__}: {exc}") from None
-    your_losses, your_weights, your_reports = _run_your_loop(spec, your_model, your_optimizer, dataset, epochs)
+        raise AlignError(f"model.fit raised {one_line(exc)}") from None
     # Named as in fit's model: the first one built, so its paths carry no `_1` suffixes.
     names = [variable.path for variable in fit_model.weights]
     return compare(recorder, your_losses, your_weights, your_reports, names, rtol, weights_every)
 
 
 def compare(recorder, your_losses, your_weights, your_reports, names, rtol, weights_every) -> AlignResult:
-    """The verdict: walk the steps in order; the first quantity beyond `rtol` is the divergence."""
-    steps_per_epoch = recorder.steps_per_epoch[0] if recorder.steps_per_epoch else 0
-    epoch_ends = {}
-    total = 0
-    for epoch, count in enumerate(recorder.steps_per_epoch, start=1):
-        total += count
-        epoch_ends[total] = epoch
-    fit_steps = len(recorder.losses)
+    """The verdict: walk the steps in order; the first quantity beyond `rtol` is the divergence.
 
-    def epoch_of(step):
-        return next((epoch for end, epoch in sorted(epoch_ends.items()) if step <= end), len(epoch_ends))
+    Within a step the loss comes first (it is computed before the update), then the
+    weights after the update, then, at an epoch's last step, the metrics reported for it.
+    """
+    epoch_of_step = [epoch for epoch, count in enumerate(recorder.steps_per_epoch, start=1) for _ in range(count)]
+    epoch_end_steps = {step: epoch for epoch, step in enumerate(_cumulative(recorder.steps_per_epoch), start=1)}
+    fit_steps, your_steps = len(recorder.losses), len(your_losses)
+    last_epoch = len(recorder.steps_per_epoch)
+    divergences: list[Divergence] = []
+    max_loss = max_weight = 0.0
+    epoch_metrics: list[dict[str, tuple[float, float]]] = []
+    uncompared: set[str] = set()
 
-    divergence = None
-    max_loss, max_weight = 0.0, 0.0
-    epoch_metrics, uncompared = [], set()
-
-    def note(found):
-        nonlocal divergence
-        if divergence is None:
-            divergence = found
-
-    for step in range(1, min(fit_steps, len(your_losses)) + 1):
+    for step in range(1, min(fit_steps, your_steps) + 1):
+        epoch = epoch_of_step[step - 1]
         fit_loss, your_loss = recorder.losses[step - 1], your_losses[step - 1]
         abs_diff, rel = relative_difference(fit_loss, your_loss)
         max_loss = max(max_loss, rel)
         if rel > rtol:
-            note(Divergence(step, epoch_of(step), "loss", "loss", fit_loss, your_loss, abs_diff, rel))
+            divergences.append(Divergence(step, epoch, "loss", "loss", fit_loss, your_loss, abs_diff, rel))
+
         if step % weights_every == 0 or step == fit_steps:
-            worst = None
-            diverged = []
-            for name, fit_w, your_w in zip(names, recorder.weights[step - 1], your_weights[step - 1]):
-                abs_diff, rel = relative_difference(fit_w, your_w)
-                max_weight = max(max_weight, rel)
+            per_variable = [
+                (name, fit_w, your_w, *relative_difference(fit_w, your_w))
+                for name, fit_w, your_w in zip(names, recorder.weights[step - 1], your_weights[step - 1])
+            ]
+            max_weight = max([max_weight] + [rel for *_, rel in per_variable])
+            diverged = [entry for entry in per_variable if entry[4] > rtol]
+            if diverged:
+                name, fit_w, your_w, abs_diff, rel = max(diverged, key=lambda entry: entry[4])
+                worst = np.abs(fit_w.astype(np.float64) - your_w).argmax()  # the element to show
+                detail = f"{len(diverged) - 1} other variable(s) too" if len(diverged) > 1 else "no other variable"
+                if weights_every > 1:
+                    detail = f"weights compared every {weights_every} steps; {detail}"
+                divergences.append(
+                    Divergence(step, epoch, "variable", name, float(fit_w.flat[worst]), float(your_w.flat[worst]), abs_diff, rel, detail)
+                )
+
+        if step in epoch_end_steps and epoch - 1 < len(your_reports):
+            fit_logs, yours = recorder.epoch_logs[epoch - 1], your_reports[epoch - 1]
+            uncompared.update(set(fit_logs) ^ set(yours))
+            compared = {name: (fit_logs[name], yours[name]) for name in sorted(set(fit_logs) & set(yours))}
+            for name, (fit_value, your_value) in compared.items():
+                abs_diff, rel = relative_difference(fit_value, your_value)
                 if rel > rtol:
-                    diverged.append(name)
-                    if worst is None or rel > worst[3]:
-                        index = (abs(fit_w.astype("float64") - your_w)).argmax()
-                        worst = (name, float(fit_w.flat[index]), float(your_w.flat[index]), rel, abs_diff)
-            if worst:
-                others = f"{len(diverged) - 1} other variable(s) too" if len(diverged) > 1 else "no other variable"
-                window = f"weights compared every {weights_every} steps; " if weights_every > 1 else ""
-                note(Divergence(step, epoch_of(step), "variable", worst[0], worst[1], worst[2], worst[4], worst[3], f"{window}{others}"))
-        if step in epoch_ends:
-            epoch = epoch_ends[step]
-            fit_logs = recorder.epoch_logs[epoch - 1]
-            yours = your_reports[epoch - 1] if epoch - 1 < len(your_reports) else None
-            if yours is None:
-                continue
-            compared = {}
-            uncompared.update(set(fit_logs) ^ set(yours) if your_reports else ())
-            for name in sorted(set(fit_logs) & set(yours)):
-                compared[name] = (fit_logs[name], yours[name])
-                abs_diff, rel = relative_difference(fit_logs[name], yours[name])
-                if rel > rtol:
-                    note(Divergence(step, epoch, "epoch metric", name, fit_logs[name], yours[name], abs_diff, rel))
+                    divergences.append(Divergence(step, epoch, "epoch metric", name, fit_value, your_value, abs_diff, rel))
             epoch_metrics.append(compared)
-    if fit_steps != len(your_losses):
-        step = min(fit_steps, len(your_losses)) + 1
-        note(Divergence(step, epoch_of(step), "steps", "steps", fit_steps, len(your_losses), abs(fit_steps - len(your_losses)), math.inf,
-                        f"fit ran {fit_steps} steps, your loop yielded {len(your_losses)} losses"))
+
+    if fit_steps != your_steps:
+        step = min(fit_steps, your_steps) + 1
+        epoch = epoch_of_step[step - 1] if step <= fit_steps else last_epoch
+        detail = f"fit ran {fit_steps} steps, your loop yielded {your_steps} losses"
+        divergences.append(Divergence(step, epoch, "steps", "steps", fit_steps, your_steps, abs(fit_steps - your_steps), math.inf, detail))
+
     return AlignResult(
         fit_losses=recorder.losses,
         your_losses=your_losses,
-        steps_per_epoch=steps_per_epoch,
+        steps_per_epoch=recorder.steps_per_epoch[0] if recorder.steps_per_epoch else 0,
         rtol=rtol,
         weights_every=weights_every,
         max_loss_rel_diff=max_loss,
         max_weight_rel_diff=max_weight,
         epoch_metrics=epoch_metrics,
-        divergence=divergence,
+        divergence=divergences[0] if divergences else None,
         uncompared=sorted(uncompared),
     )
+
+
+def _cumulative(counts):
+    total = 0
+    for count in counts:
+        total += count
+        yield total
 
 
 def plot(result: AlignResult, path: str) -> None:
@@ -426,8 +448,6 @@ def plot(result: AlignResult, path: str) -> None:
         from matplotlib.figure import Figure
     except ModuleNotFoundError:
         raise AlignError("--plot needs matplotlib: pip install 'tapecheck[plot]'") from None
-    import numpy as np
-
     count = min(len(result.fit_losses), len(result.your_losses))
     steps = np.arange(1, count + 1)
     fit_losses = np.asarray(result.fit_losses[:count])
@@ -444,7 +464,7 @@ def plot(result: AlignResult, path: str) -> None:
     relative = np.abs(fit_losses - your_losses) / np.maximum(np.abs(fit_losses), TINY)
     # A log scale cannot show 0; exact agreement sits on the floor, far below the tolerance.
     floor = 1e-12
-    differences.semilogy(steps, np.maximum(relative, floor), marker=".", label="|fit - yours| / |fit|")
+    differences.semilogy(steps, np.maximum(relative, floor), marker=".", label=f"|fit - yours| / |fit| (0 drawn at {floor:g})")
     differences.axhline(result.rtol, color="red", linestyle=":", label=f"tolerance {result.rtol:g}")
     if result.divergence is not None:
         for axes in (curves, differences):
@@ -458,7 +478,7 @@ def plot(result: AlignResult, path: str) -> None:
         raise AlignError(f"{path}: error: cannot write the plot: {exc}") from None
 
 
-@click.command(help=__doc__.split("\n\n", 1)[1].replace("\n", "\n\b\n", 1))
+@click.command()
 @click.argument("loop_file", type=click.Path(dir_okay=False))
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Epochs to run (default: EPOCHS in the file, else 2).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Batch size when data() returns arrays (default: BATCH_SIZE, else 32).")
@@ -467,15 +487,32 @@ def plot(result: AlignResult, path: str) -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write both loss curves and their difference to this image (needs matplotlib).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for everything random outside the copied initial state.")
 def cli(loop_file, epochs, batch_size, rtol, weights_every, plot_path, seed):
-    """Exit status: 0 aligned, 1 diverged, 2 the loops could not be run."""
+    """Prove that the custom loop in LOOP_FILE does what model.fit does, step for step.
+
+    \b
+    LOOP_FILE defines:
+      build_model()      a keras.Model (called twice: fit's and yours)
+      make_optimizer()   a keras optimizer (called twice)
+      loss_fn            the loss you mean; fit is compiled with it
+      data()             (x, y) arrays, or a tf.data.Dataset of (x, y) batches
+      train_step(model, optimizer, x, y) -> the batch loss, or
+      train(model, optimizer, dataset, epochs): a generator yielding the loss
+                         after each step and, optionally, a dict of the metrics
+                         reported at each epoch's end
+      optional: metrics() (keras metrics for fit), EPOCHS, BATCH_SIZE
+
+    Exit status: 0 aligned, 1 diverged, 2 the loops could not be run.
+    """
     try:
+        if plot_path and not Path(plot_path).resolve().parent.is_dir():
+            raise AlignError(f"{plot_path}: error: cannot write the plot: no such directory")
         spec = load_loop(loop_file)
         result = align(spec=spec, epochs=epochs, batch_size=batch_size, rtol=rtol, weights_every=weights_every, seed=seed)
         if plot_path:
             plot(result, plot_path)
     except AlignError as exc:
-        message = str(exc)
-        click.echo(message if message.startswith(f"{loop_file}:") or ": error: " in message else f"{loop_file}: error: {message}", err=True)
+        message = str(exc)  # messages about a named file carry its name already
+        click.echo(message if ": error: " in message else f"{loop_file}: error: {message}", err=True)
         sys.exit(2)
     click.echo(f"{loop_file}: {result.summary()}")
     if plot_path:
