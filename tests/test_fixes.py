@@ -242,3 +242,10 @@ def test_an_interrupted_write_leaves_the_original_intact(tmp_path):
     # and without the limit the same command fixes it
     subprocess.run([TAPECHECK, "lint", "--fix", str(path)], capture_output=True, timeout=120)
     assert path.read_text() == TAPE_LOOP_FIXED
+
+
+def test_rules_table_says_which_rules_fix():
+    header, *rows = run("rules").output.splitlines()
+    start, end = header.index("CHECKED BY"), header.index("FLAGS")
+    checked_by = {row.split()[0]: [w.strip() for w in row[start:end].split(",")] for row in rows}
+    assert {code for code, where in checked_by.items() if "fix" in where} == {rule.code for rule in FIXABLE}
