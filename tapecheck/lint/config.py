@@ -81,6 +81,8 @@ class Config:
 
     def excluded(self, path: str, is_dir: bool) -> bool:
         """Whether discovery skips this file or folder."""
+        if self.exclude is None and self.extend_exclude is None:  # the common case: no path matching
+            return is_dir and os.path.basename(os.path.normpath(path)) in SKIP_DIRS
         name = os.path.basename(os.path.normpath(path))
         relative = self._relative(path) + ("/" if is_dir else "")
         if self.exclude is not None:
@@ -199,4 +201,6 @@ class Settings:
         return self.for_path(path).enabled(code, path)
 
     def excluded(self, path: str, is_dir: bool) -> bool:
-        return self.for_path(path if not is_dir else os.path.dirname(os.path.abspath(path))).excluded(path, is_dir)
+        """Whether discovery skips this file or folder: the settings of the folder holding it decide."""
+        config = self._fixed or self._for_folder(os.path.dirname(os.path.abspath(path)))
+        return config.excluded(path, is_dir)
