@@ -58,6 +58,11 @@ def test_magics_and_shell_lines_are_commented_out_in_place():
     assert [len(a) for a in lines] == [len(b) + 1 for b in cell.splitlines()]  # nothing shifts
 
 
+def test_continuation_lines_are_python_not_magics():
+    cell = 'label = ("%d items"\n         % n)\ndoc = """\n%s\n"""\ny = a \\\n    % b\n%time f()\n'
+    assert cell_to_python(cell) == [line + "\n" for line in cell.splitlines()[:-1]] + ["#time f()\n"]
+
+
 def test_cell_magics_keep_python_bodies_and_drop_others():
     assert cell_to_python("%%time\ny = f(x)\n") == ["#%time\n", "y = f(x)\n"]
     assert cell_to_python("%%bash\nif ((\n") == ["#%bash\n", "#f ((\n"]

@@ -59,6 +59,45 @@ def _is_ipython_line(line: str) -> bool:
     return text.startswith(("%", "!")) or bool(_ASSIGNED_MAGIC.match(line)) or bool(_HELP.match(line))
 
 
+class _Continuation:
+    """Whether the next line continues a statement (open bracket or string, or a `\\`):
+    such a line is Python even when it starts with `%` or `!`, never a magic."""
+
+    def __init__(self):
+        self.depth = 0
+        self.quote = ""  # the open string's quote, "" when none
+        self.backslash = False
+
+    @property
+    def inside(self) -> bool:
+        return self.depth > 0 or bool(self.quote) or self.backslash
+
+    def feed(self, line: str) -> None:
+        index, self.backslash = 0, False
+        while index < len(line):
+            char = line[index]
+            if self.quote:
+                if char == "\\":
+                    index += 1
+                elif line.startswith(self.quote, index):
+                    index += len(self.quote) - 1
+                    self.quote = ""
+            elif char == "#":
+                break
+            elif char in "\"'":
+                triple = line[index:index + 3]
+                self.quote = triple if triple in ('"""', "'''") else char
+                index += len(self.quote) - 1
+            elif char in "([{":
+                self.depth += 1
+            elif char in ")]}":
+                self.depth = max(self.depth - 1, 0)
+            index += 1
+        if self.quote in ('"', "'"):
+            self.quote = ""  # an unterminated short string ends with its line (a syntax error anyway)
+        self.backslash = line.rstrip("\r\n").endswith("\\") and not self.quote
+
+
 def cell_to_python(text: str) -> list[str]:
     """A code cell's lines (each ending in "\\n") with IPython syntax commented out."""
     lines = text.splitlines()
@@ -69,13 +108,15 @@ def cell_to_python(text: str) -> list[str]:
         whole_cell = not magic or magic[0] not in PYTHON_CELL_MAGICS  # %%bash, %%writefile...
         out.append(_neutralise(lines[0]))
         lines = lines[1:]
-    continued = False
+    continued = False  # a magic line ending in `\\` goes on
+    statement = _Continuation()
     for line in lines:
-        if whole_cell or continued or _is_ipython_line(line):
+        if whole_cell or continued or (not statement.inside and _is_ipython_line(line)):
             out.append(_neutralise(line))
             continued = not whole_cell and line.rstrip().endswith("\\")
         else:
             out.append(line)
+            statement.feed(line)
     return [line + "\n" for line in out]
 
 
