@@ -126,6 +126,7 @@ def test_explicit_config_file_replaces_the_search(tmp_path):
         ('[tool.tapecheck.per-file-ignores]\n"a.py" = ["E501"]\n', "unknown rule code 'E501'"),
         ('exclude = "build"\n', "exclude: expected a list of path patterns"),
         ("select = [\n", "invalid TOML"),
+        ('extend-exclude = ["!"]\n', "extend-exclude: Invalid git pattern: '!'"),
     ],
 )
 def test_bad_configuration_is_a_one_line_error_naming_the_file(tmp_path, config, message):

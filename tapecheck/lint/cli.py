@@ -117,7 +117,12 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
         if not (fix or diff):
             outcome.findings.extend(fixing.attach_fixes(data, path, found))
             continue
-        result = fixing.fix_source(data, path, _Suppressed(settings, path), unsafe_fixes)
+        try:
+            result = fixing.fix_source(data, path, _Suppressed(settings, path), unsafe_fixes)
+        except (LintError, SyntaxError, UnicodeDecodeError, LookupError) as exc:  # changed since it was linted
+            outcome.errors.append(FileError(path, f"not fixed: {exc}"))
+            outcome.findings.extend(found)
+            continue
         if diff:
             if result.changed:
                 diffs.append(result.diff())

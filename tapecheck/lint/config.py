@@ -57,10 +57,13 @@ def _patterns(value, where: str) -> list[str]:
     return value
 
 
-def _spec(patterns: list[str]):
+def _spec(patterns: list[str], where: str):
     from pathspec import GitIgnoreSpec
 
-    return GitIgnoreSpec.from_lines(patterns)
+    try:
+        return GitIgnoreSpec.from_lines(patterns)
+    except ValueError as exc:  # pathspec's pattern errors are ValueErrors
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 @dataclass
@@ -128,11 +131,11 @@ def parse(table: dict, path: str) -> Config:
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: expected a table of pattern = [codes]")
             for pattern, codes in value.items():
-                config.per_file_ignores.append((_spec([pattern]), _selectors(codes, f"{where} {pattern!r}")))
+                config.per_file_ignores.append((_spec([pattern], where), _selectors(codes, f"{where} {pattern!r}")))
         elif key == "exclude":
-            config.exclude = _spec(_patterns(value, where))
+            config.exclude = _spec(_patterns(value, where), where)
         elif key == "extend-exclude":
-            config.extend_exclude = _spec(_patterns(value, where))
+            config.extend_exclude = _spec(_patterns(value, where), where)
         else:
             raise ConfigError(f"{path}: [tool.tapecheck] unknown key {key!r} (known: {', '.join(KEYS)})")
     return config
