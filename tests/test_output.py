@@ -56,6 +56,17 @@ def test_text_is_plain_when_not_a_terminal(tree):
     assert "./train.py:7:13: TAP101 " in result.output
     assert "./train.py:8:11: TAP302 [*] Keras 3 optimizers reject `lr=`" in result.output
     assert "[*] 1 fixable with `--fix`." in result.output
+    assert "./nb.ipynb:cell 8:4:24: TAP301 `train_loss`" in result.output  # notebooks: no fixes
+
+
+def test_unsafe_fixes_are_counted_apart(tree):
+    (tree / "epochs.py").write_text(
+        "import tensorflow as tf\nacc = tf.keras.metrics.Mean()\nfor epoch in range(3):\n"
+        "    for x in data:\n        acc.update_state(x)\n    print(acc.result())\n"
+    )
+    assert "[*] 1 fixable with `--fix` (1 more with `--unsafe-fixes`)." in run("lint", "train.py", "epochs.py").output
+    shown = run("lint", "--unsafe-fixes", "train.py", "epochs.py").output
+    assert "epochs.py:6:11: TAP301 [*] `acc`" in shown and "[*] 2 fixable with `--fix`." in shown
 
 
 def _run_in_terminal(args, env) -> str:

@@ -65,8 +65,10 @@ def text(outcome: Outcome, color: bool = False) -> str:
         lines.append(line)
     lines += [style(unused.format(), fg="yellow") for unused in outcome.unused]
     fixable = sum(outcome.fixable(f) for f in outcome.findings)
-    if fixable:
-        lines.append(f"[*] {fixable} fixable with `--fix`.")
+    hidden = sum(f.fix is not None and not outcome.fixable(f) for f in outcome.findings)
+    if fixable or hidden:
+        more = f" ({hidden} more with `--unsafe-fixes`)" if hidden else ""
+        lines.append(f"[*] {fixable} fixable with `--fix`{more}.")
     summary = f"{_plural(len(outcome.findings), 'finding')} in {_plural(outcome.files_checked, 'file')}"
     if outcome.fixed:
         summary += f" ({outcome.fixed} fixed)"
