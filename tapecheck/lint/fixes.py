@@ -435,7 +435,7 @@ def atomic_write(path: str, data: bytes) -> None:
     target = os.path.realpath(path)  # through a symlink, not over it
     folder = os.path.dirname(target) or "."
     try:
-        mode = os.stat(target).st_mode & 0o7777
+        status = os.stat(target)
         descriptor, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tapecheck-tmp")
     except OSError as exc:
         raise FixError(f"cannot write the fixed file: {exc.strerror or exc}") from None
@@ -444,7 +444,12 @@ def atomic_write(path: str, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temp, mode)
+        os.chmod(temp, status.st_mode & 0o7777)
+        if hasattr(os, "chown") and (status.st_uid, status.st_gid) != (os.getuid(), os.getgid()):
+            try:
+                os.chown(temp, status.st_uid, status.st_gid)  # keep the owner when we may (root)
+            except OSError:
+                pass
         os.replace(temp, target)
     except OSError as exc:
         try:
