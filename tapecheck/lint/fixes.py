@@ -104,12 +104,15 @@ class _Tree:
 
         self.cst = cst
         self.text = text
-        self.lines = text.splitlines(keepends=True)
+        starts = _line_starts(text)  # the parser's line breaks, not str.splitlines' (form feeds...)
+        self.lines = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)]) if a < b]
         wrapper = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
         self.module = wrapper.module
         self.positions = wrapper.resolve(PositionProvider)
         self.parents: dict = {}
-        for node in self.positions:
+        self._by_start: dict[tuple[int, int], list] = {}
+        for node, where in self.positions.items():
+            self._by_start.setdefault((where.start.line, where.start.column + 1), []).append(node)
             for child in node.children:
                 self.parents[child] = node
         self.facts = extract(self.module, path)
@@ -123,7 +126,7 @@ class _Tree:
         return position.line, position.column + 1
 
     def nodes_at(self, kind, line: int, col: int) -> list:
-        return [n for n, r in self.positions.items() if isinstance(n, kind) and (r.start.line, r.start.column + 1) == (line, col)]
+        return [node for node in self._by_start.get((line, col), ()) if isinstance(node, kind)]
 
     def ancestors(self, node):
         while node in self.parents:
