@@ -1,0 +1,234 @@
+'''# TAP501 python-side-effect-in-function
+
+## What it does
+Inside a function compiled with `@tf.function` (or wrapped by
+`tf.function(f)`), flags Python code that only runs while the function is
+traced: `.numpy()`, `float()`/`int()`/`bool()` of a tensor, `print` of a tensor,
+and draws from Python's `random` or `np.random`. Static shapes (`x.shape[0]`)
+and the bodies of `tf.py_function`/`tf.numpy_function` are left alone.
+
+## Why is this bad?
+`tf.function` runs the Python body once (per input signature) to build a graph,
+then runs the graph. While tracing, tensors are symbolic: `.numpy()` raises
+`AttributeError: 'SymbolicTensor' object has no attribute 'numpy'` and
+`float(loss)` raises `TypeError`. A `print` shows `Tensor("add:0", ...)` once and
+never again. A random number drawn with `np.random` (a mixup weight, a dropout
+mask, an augmentation choice) is drawn once and frozen into the graph as a
+constant: every step uses the same value, silently.
+
+## Example
+```python
+import numpy as np
+import tensorflow as tf
+
+@tf.function
+def train_step(model, optimizer, x, y):
+    lam = np.random.beta(0.2, 0.2)
+    mixed_x = lam * x + (1.0 - lam) * tf.reverse(x, axis=[0])
+    mixed_y = lam * y + (1.0 - lam) * tf.reverse(y, axis=[0])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(mixed_x, training=True) - mixed_y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    print("loss", loss)
+    return loss
+```
+
+## Use instead
+```python
+import tensorflow as tf
+
+@tf.function
+def train_step(model, optimizer, x, y):
+    gamma_a = tf.random.gamma([], 0.2)
+    lam = gamma_a / (gamma_a + tf.random.gamma([], 0.2))
+    mixed_x = lam * x + (1.0 - lam) * tf.reverse(x, axis=[0])
+    mixed_y = lam * y + (1.0 - lam) * tf.reverse(y, axis=[0])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(mixed_x, training=True) - mixed_y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    tf.print("loss", loss)
+    return loss
+```
+'''
+
+from __future__ import annotations
+
+from tapecheck.rules._common import report
+from tapecheck.rules._flow import (
+    METADATA_CALLS, call_span, callee_of, is_metadata, method_of, spans_of, within,
+)
+
+CODE = "TAP501"
+NAME = "python-side-effect-in-function"
+SUMMARY = "inside `@tf.function`: `.numpy()`, `float(t)`, `print(t)` or Python randomness run only at trace time"
+PROBE = True
+TRIGGERS = (b"tf.function", b"tensorflow.function", b"import function")
+
+TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
+# Their function arguments run eagerly, on real values: anything goes there.
+EAGER_ISLANDS = frozenset(
+    {"tensorflow.py_function", "tensorflow.numpy_function", "tensorflow.compat.v1.py_func"}
+)
+PYTHON_CONVERSIONS = frozenset({"float", "int", "bool", "complex"})
+NOT_TENSORS = frozenset({"self", "cls"})
+
+VALID = [
+    # tf.print, tf.random, static shapes, and .numpy() outside the function
+    """
+import tensorflow as tf
+@tf.function
+def train_step(model, opt, x, y):
+    batch = int(x.shape[0])
+    noise = tf.random.normal(tf.shape(x), stddev=0.1)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x + noise, training=True) - y)) / batch
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    tf.print("loss", loss)
+    print("tracing train_step")
+    return loss
+def fit(model, opt, ds):
+    for x, y in ds:
+        print(float(train_step(model, opt, x, y)), train_step(model, opt, x, y).numpy())
+""",
+    # numpy code inside tf.numpy_function runs eagerly at every step
+    """
+import numpy as np
+import tensorflow as tf
+@tf.function
+def augment(image):
+    def jitter(img):
+        return (img + np.random.normal(0.0, 0.1, img.shape)).astype(np.float32)
+    out = tf.numpy_function(lambda img: img.numpy() if hasattr(img, "numpy") else img, [image], tf.float32)
+    return tf.numpy_function(jitter, [out], tf.float32)
+""",
+    # the same code without tf.function runs eagerly: fine
+    """
+import numpy as np
+import tensorflow as tf
+def eager_step(model, opt, x, y):
+    lam = np.random.beta(0.2, 0.2)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(lam * x, training=True) - y))
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    print("loss", float(loss), loss.numpy())
+""",
+]
+
+INVALID = [
+    """
+import random
+import tensorflow as tf
+class Trainer:
+    @tf.function(reduce_retracing=True)
+    def train_step(self, x, y):
+        if random.random() < 0.5:  # expect: TAP501
+            x = tf.image.flip_left_right(x)
+        with tf.GradientTape() as tape:
+            loss = self.loss_fn(y, self.model(x, training=True))
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        self.history.append(loss.numpy())  # expect: TAP501
+        return float(loss)  # expect: TAP501
+""",
+    """
+import tensorflow as tf
+def val_step(model, x, y):
+    pred = model(x, training=False)
+    accuracy = tf.reduce_mean(tf.cast(tf.argmax(pred, -1) == y, tf.float32))
+    print("val accuracy", accuracy)  # expect: TAP501
+    return accuracy
+val_step = tf.function(val_step)
+""",
+]
+
+
+def _graph_functions(facts) -> dict[int, str]:
+    """Function blocks that run traced: decorated with tf.function, or wrapped by it."""
+    wrapped = set()
+    for call in facts.calls:
+        if callee_of(facts, call) in TF_FUNCTIONS and call.args and call.args[0].text:
+            wrapped.add(call.args[0].text.rsplit(".", 1)[-1])
+    return {
+        block.id: block.name
+        for block in facts.blocks
+        if block.kind == "function" and (set(block.decorators) & TF_FUNCTIONS or block.name in wrapped)
+    }
+
+
+def _tensor_names(facts, spans, function_id) -> set[str]:
+    """Parameters of the function and the names computed from them or from TensorFlow calls."""
+    names = {
+        a.target for a in facts.assigns
+        if a.kind == "param" and facts.scope_of(a.site) == function_id and a.target not in NOT_TENSORS
+    }
+    local = sorted(
+        (a for a in facts.assigns if a.kind in ("assign", "augassign") and facts.scope_of(a.site) == function_id),
+        key=lambda a: a.site.order,
+    )
+    for assign in local:
+        calls = spans.calls_in(assign.span)
+        if calls and callee_of(facts, calls[0]) in METADATA_CALLS | PYTHON_CONVERSIONS:
+            continue
+        if _reads_tensor(facts, spans, assign.span, names) or any(
+            callee_of(facts, c).startswith(("tensorflow.", "keras.")) for c in calls
+        ):
+            names.add(assign.target)
+    return names
+
+
+def _reads_tensor(facts, spans, span, names) -> bool:
+    static = [call_span(c) for c in spans.calls_in(span) if callee_of(facts, c) in METADATA_CALLS]
+    for use in spans.uses_in(span):
+        if is_metadata(use.name) or any(within(use.site.order, s) for s in static):
+            continue
+        if use.name in names or use.name.split(".", 1)[0] in names:
+            return True
+    return False
+
+
+def _finding(facts, spans, call, names) -> tuple[str, str] | None:
+    """(what happens, what to do) for a trace-time-only call, else None."""
+    callee = callee_of(facts, call)
+    if method_of(call) == "numpy" and not call.args and not callee.startswith(("numpy", "tensorflow")):
+        return (
+            "`.numpy()` raises AttributeError here: tensors are symbolic while tf.function traces",
+            "Keep it a tensor inside the function; call .numpy() on the returned value.",
+        )
+    if callee.startswith("numpy.random.") or (callee.startswith("random.") and facts.imports.get("random") == "random"):
+        return (
+            f"`{call.func.text}()` runs once, while tf.function traces: its value is frozen into the graph "
+            "and every step reuses it",
+            "Draw it with tf.random (or a tf.random.Generator) inside the function.",
+        )
+    if call.func.kind != "name" or call.func.text in facts.imports:
+        return None
+    if call.func.text in PYTHON_CONVERSIONS and _reads_tensor(facts, spans, call_span(call), names):
+        return (
+            f"`{call.func.text}()` of a tensor raises TypeError here: the tensor is symbolic while tf.function traces",
+            "Keep it a tensor (tf.cast) inside the function; convert the returned value outside.",
+        )
+    if call.func.text == "print" and _reads_tensor(facts, spans, call_span(call), names):
+        return (
+            "`print` of a tensor runs only while tf.function traces: it shows a symbolic tensor once, "
+            "then never again",
+            "Use tf.print to print at every step.",
+        )
+    return None
+
+
+def check(facts):
+    functions = _graph_functions(facts)
+    if not functions:
+        return
+    spans = spans_of(facts)
+    islands = [call_span(c) for c in facts.calls if callee_of(facts, c) in EAGER_ISLANDS]
+    for function_id, name in functions.items():
+        names = _tensor_names(facts, spans, function_id)
+        for call in facts.calls:
+            if facts.scope_of(call.site) != function_id or any(within(call.site.order, s) for s in islands):
+                continue
+            found = _finding(facts, spans, call, names)
+            if found is not None:
+                yield report(facts, call.site, CODE, f"in `@tf.function` `{name}`: {found[0]}", found[1])
