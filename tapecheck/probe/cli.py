@@ -54,7 +54,7 @@ def probe(module, fmt, output, fail_on_findings, program):
         if script is not None:
             sys.argv = [script, *args]
             sys.path[0] = os.path.dirname(os.path.abspath(script))
-            kept = runpy.run_path(script, run_name="__main__")
+            kept = runpy.run_path(os.path.abspath(script), run_name="__main__")  # absolute, as python does
         else:
             sys.argv = [module, *args]  # runpy puts the module's path in argv[0]
             sys.path[0] = os.getcwd()

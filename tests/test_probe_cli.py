@@ -1,0 +1,146 @@
+"""`tapecheck probe` and the pytest plugin, run the way users run them (subprocesses).
+
+Kept to a few tiny programs: each run pays one TensorFlow import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+pytest_plugins = ["pytester"]
+
+TAPECHECK = [sys.executable, "-m", "tapecheck"]
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
+
+BUGGY = """\
+import sys
+import tensorflow as tf
+
+print("argv", sys.argv[1:])
+w = tf.Variable(1.0, name="w")
+b = tf.Variable(1.0, name="b")
+for _ in range(3):
+    with tf.GradientTape() as tape:
+        loss = w * w
+    grads = tape.gradient(loss, [w, b])
+if "--exit" in sys.argv:
+    sys.exit(int(sys.argv[-1]))
+"""
+
+REUSE = """\
+import tensorflow as tf
+
+w = tf.Variable(1.0)
+with tf.GradientTape() as tape:
+    y = w * w
+first = tape.gradient(y, w)
+second = tape.gradient(y, w)
+"""
+
+
+def run(args, cwd, **kwargs):
+    return subprocess.run(TAPECHECK + args, capture_output=True, text=True, cwd=cwd, env=ENV, timeout=240, **kwargs)
+
+
+def test_script_with_its_own_arguments_text_report_and_exit_status(tmp_path):
+    (tmp_path / "train.py").write_text(BUGGY)
+    done = run(["probe", "--fail-on-findings", "train.py", "--epochs", "-m", "x", "--exit", "3"], tmp_path)
+    assert done.returncode == 3, done.stderr  # the program's own failure status wins
+    assert "argv ['--epochs', '-m', 'x', '--exit', '3']" in done.stdout  # the program keeps stdout and argv
+    assert "train.py:10:" in done.stderr and "TAP102" in done.stderr and "(3 times)" in done.stderr
+    assert "tapecheck probe: 1 finding." in done.stderr
+
+
+def test_module_json_output_file_and_fail_on_findings(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "train.py").write_text(BUGGY)
+    report = tmp_path / "report.json"
+    done = run(["probe", "--format", "json", "--output", str(report), "--fail-on-findings",
+                "-m", "pkg.train", "--exit", "0"], tmp_path)
+    assert done.returncode == 1, done.stderr  # the program exited 0; findings make it 1
+    data = json.loads(report.read_text())
+    [finding] = data["findings"]
+    assert (finding["code"], finding["line"], finding["count"], finding["origin"]) == ("TAP102", 10, 3, "probe")
+    assert finding["name"] == "source-used-outside-tape" and finding["details"]["sources"] == ["b"]
+    assert finding["path"].endswith(os.path.join("pkg", "train.py"))
+    assert "tapecheck probe" not in done.stderr  # the report went to the file
+
+
+def test_crashing_program_reports_first_then_the_unchanged_traceback(tmp_path):
+    (tmp_path / "reuse.py").write_text(REUSE)
+    done = run(["probe", "reuse.py"], tmp_path)
+    assert done.returncode == 1
+    report_at = done.stderr.index("reuse.py:7:")
+    traceback_at = done.stderr.index("Traceback (most recent call last)")
+    assert report_at < traceback_at
+    assert "TAP201" in done.stderr and "line 6" in done.stderr
+    assert done.stderr.rstrip().endswith(
+        "RuntimeError: A non-persistent GradientTape can only be used to compute one set of gradients (or jacobians)")
+    assert 'File "' + str(tmp_path / "reuse.py") + '", line 7' in done.stderr
+    assert "tapecheck/probe" not in done.stderr.split("Traceback")[1]
+
+
+def test_usage_errors_are_one_line(tmp_path):
+    done = run(["probe", "missing.py"], tmp_path)
+    assert done.returncode == 2 and "missing.py: no such file" in done.stderr and "Traceback" not in done.stderr
+    done = run(["probe"], tmp_path)
+    assert done.returncode == 2 and "give a script to run" in done.stderr
+
+
+PLUGIN_TESTS = """\
+import sys
+import tensorflow as tf
+
+
+def test_bad_training():
+    w, b = tf.Variable(1.0), tf.Variable(1.0)
+    with tf.GradientTape() as tape:
+        y = w * 2.0
+    tape.gradient(y, [w, b])
+
+
+def test_clean_training():
+    w = tf.Variable(1.0)
+    with tf.GradientTape() as tape:
+        y = w * 2.0
+    assert tape.gradient(y, w) is not None
+
+
+def test_fixture(tapecheck_probe):
+    w, b = tf.Variable(1.0), tf.Variable(1.0)
+    with tf.GradientTape() as tape:
+        y = w * 2.0
+    tape.gradient(y, [w, b])
+    assert [f.code for f in tapecheck_probe.findings] == ["TAP102"]
+"""
+
+
+def test_pytest_plugin_option_and_fixture(pytester):
+    # In this process (TensorFlow is already imported): the plugin comes from the entry point.
+    pytester.makepyfile(test_training=PLUGIN_TESTS)
+    result = pytester.runpytest_inprocess("--tapecheck", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_training.py:9:5: TAP102*", "FAILED test_training.py::test_bad_training*"])
+
+
+def test_pytest_plugin_imports_nothing_heavy(tmp_path):
+    (tmp_path / "test_light.py").write_text(textwrap.dedent("""\
+        import sys
+
+        def test_light(pytestconfig):
+            assert pytestconfig.pluginmanager.has_plugin("tapecheck")
+            assert "tensorflow" not in sys.modules and "keras" not in sys.modules
+        """))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_light.py"],
+                          capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=120)
+    assert "1 passed" in done.stdout, done.stdout[-3000:]
