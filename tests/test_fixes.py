@@ -146,6 +146,27 @@ TAPE_LOOP_FIXED = TAPE_LOOP.replace(
 ).replace("        persistent=True,\n        watch", "        watch")
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        # a use before the tape is made runs again on the next pass of the loop
+        "import tensorflow as tf\nfor step in range(3):\n    if step:\n        print(tape)\n"
+        "    with tf.GradientTape() as tape:\n        y = m(x)\n    a = tape.gradient(y, v)\n    b = tape.gradient(y, w)\n",
+        # a nested function may run after the last use we can see
+        "import tensorflow as tf\ndef f(m, x, v, w):\n    with tf.GradientTape() as tape:\n        y = m(x)\n"
+        "    def later():\n        return tape\n    a = tape.gradient(y, v)\n    b = tape.gradient(y, w)\n    return later\n",
+        # the last use is the return itself
+        "import tensorflow as tf\ndef f(m, x, v, w):\n    with tf.GradientTape() as tape:\n        y = m(x)\n"
+        "    a = tape.gradient(y, v)\n    return a, tape.gradient(y, w)\n",
+    ],
+    ids=["loop-carried", "closure", "return"],
+)
+def test_no_del_where_it_is_not_simple(source):
+    result = fix_source(source.encode(), "t.py")
+    fixed = result.fixed.decode()
+    assert "GradientTape(persistent=True)" in fixed and "del tape" not in fixed
+
+
 def run(*args):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 

@@ -207,15 +207,20 @@ def _del_after_last_use(tree: _Tree, tape, maker_call) -> Edit | None:
 
     Simple: that statement sits in the suite that made the tape (so it runs
     whenever the tape was made; a loop or an `if` around the use is fine) and
-    is not itself a `return`, `raise`, `break` or `continue`.
+    is not itself a `return`, `raise`, `break` or `continue`; and the name is
+    read nowhere else: not before the tape is made (a loop's next pass would
+    find it deleted), not in a nested function (it may run later).
     """
     cst = tree.cst
     facts = tree.facts
     scope = facts.scope_of(tape.site)
-    uses = [
+    named = [
         u for u in facts.uses
-        if (u.name == tape.name or u.name.startswith(tape.name + ".")) and facts.scope_of(u.site) == scope and u.site.order > tape.site.order
-    ]
+        if (u.name == tape.name or u.name.startswith(tape.name + ".")) and scope in facts.chain(u.site.block)
+    ]  # in this scope or a function nested in it
+    if any(facts.scope_of(u.site) != scope or u.site.order < tape.site.order for u in named):
+        return None
+    uses = named
     if not uses or any(d.target == tape.name and facts.scope_of(d.site) == scope for d in facts.deletes):
         return None
     last = max(uses, key=lambda u: u.site.order)
