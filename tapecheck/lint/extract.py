@@ -12,9 +12,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from tapecheck.lint.facts import Assign, Block, Call, Exit, Expr, FileFacts, Site, Tape, Use
+from tapecheck.lint.fastcst import FastVisitor, Positions
 
 TAPE_CLASSES = frozenset(
     {
@@ -56,8 +56,10 @@ def literal(node: cst.BaseExpression):
 NOT_LITERAL = object()
 
 
-class FactsBuilder(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (PositionProvider,)
+class FactsBuilder(FastVisitor):
+    # `_walk(node)` is `node.visit(self)` without libcst's copying; `positions` are
+    # libcst's PositionProvider ranges, computed cheaply (see fastcst.py).
+    positions: Positions
 
     def __init__(self, path: str):
         super().__init__()
@@ -69,7 +71,7 @@ class FactsBuilder(cst.CSTVisitor):
 
     # -- helpers ------------------------------------------------------------
     def _pos(self, node: cst.CSTNode):
-        return self.get_metadata(PositionProvider, node)
+        return self.positions[node]
 
     def _site(self, node: cst.CSTNode) -> Site:
         self._order += 1
@@ -107,14 +109,14 @@ class FactsBuilder(cst.CSTVisitor):
         if node is None:
             return
         if context is None:
-            node.visit(self)
+            self._walk(node)
         else:
             with self._in_context(context):
-                node.visit(self)
+                self._walk(node)
 
     def _visit_body(self, kind: str, suite: cst.CSTNode, owner: cst.CSTNode | None = None, **extra):
         with self._block(kind, owner or suite, **extra) as block:
-            suite.visit(self)
+            self._walk(suite)
         return block
 
     def summarize(self, node: cst.BaseExpression, depth: int = 0) -> Expr:
@@ -192,7 +194,7 @@ class FactsBuilder(cst.CSTVisitor):
     def visit_Module(self, node: cst.Module):
         with self._block("module", node):
             for statement in node.body:
-                statement.visit(self)
+                self._walk(statement)
         return False
 
     def visit_FunctionDef(self, node: cst.FunctionDef):
@@ -211,7 +213,7 @@ class FactsBuilder(cst.CSTVisitor):
             for star in (params.star_arg, params.star_kwarg):
                 if isinstance(star, cst.Param):
                     self._bind(star.name, None, "param", star)
-            node.body.visit(self)
+            self._walk(node.body)
         return False
 
     def visit_Param(self, node: cst.Param):
@@ -233,7 +235,7 @@ class FactsBuilder(cst.CSTVisitor):
         self._bind(node.name, None, "def", node)
         bases = tuple(self.facts.resolve(dotted_name(arg.value)) for arg in node.bases if dotted_name(arg.value))
         with self._block("class", node, name=node.name.value, bases=bases):
-            node.body.visit(self)
+            self._walk(node.body)
         return False
 
     # -- compound statements ---------------------------------------------------
@@ -252,7 +254,7 @@ class FactsBuilder(cst.CSTVisitor):
         self._visit(node.iter, "other")
         with self._block("for", node.body):
             self._bind(node.target, self.summarize(node.iter), "for", node.target)
-            node.body.visit(self)
+            self._walk(node.body)
         if node.orelse is not None:
             self._visit_body("else", node.orelse.body, owner=node.orelse)
         return False
@@ -260,7 +262,7 @@ class FactsBuilder(cst.CSTVisitor):
     def visit_While(self, node: cst.While):
         with self._block("while", node.body):
             self._visit(node.test, "other")
-            node.body.visit(self)
+            self._walk(node.body)
         if node.orelse is not None:
             self._visit_body("else", node.orelse.body, owner=node.orelse)
         return False
@@ -272,7 +274,7 @@ class FactsBuilder(cst.CSTVisitor):
             with self._block("except", handler.body):
                 if handler.name is not None:
                     self._bind(handler.name.name, None, "except", handler.name)
-                handler.body.visit(self)
+                self._walk(handler.body)
         if node.orelse is not None:
             self._visit_body("else", node.orelse.body, owner=node.orelse)
         if node.finalbody is not None:
@@ -313,7 +315,7 @@ class FactsBuilder(cst.CSTVisitor):
         with self._block("with", node.body, tapes=tuple(recording), paused=tuple(paused)) as block:
             for tape_id in recording:
                 facts.tapes[tape_id].with_blocks.append(block.id)
-            node.body.visit(self)
+            self._walk(node.body)
         return False
 
     def visit_Match(self, node):
@@ -509,5 +511,6 @@ class FactsBuilder(cst.CSTVisitor):
 
 def extract(module: cst.Module, path: str) -> FileFacts:
     builder = FactsBuilder(path)
-    MetadataWrapper(module, unsafe_skip_copy=True).visit(builder)
+    builder.positions = Positions(module)
+    builder._walk(module)
     return builder.facts

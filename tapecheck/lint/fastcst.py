@@ -1,0 +1,238 @@
+"""Cheap positions and a cheap traversal for libcst trees, with libcst's exact results.
+
+Measured on the installed tensorflow+keras tree (the 353 files the screen lets
+through), libcst's `PositionProvider` cost about twice the parse and
+`CSTNode.visit` about half of it: the provider builds two frozen dataclasses per
+node through a Python-level code generator, and `visit` rebuilds (and
+re-validates) every node of the tree even for a read-only visitor.
+
+- `Positions(module)` runs libcst's own code generator once with C-level hooks
+  (`list.append` records tokens and node boundaries in one list) and turns
+  offsets into lines and columns only for the nodes asked about. Ranges are
+  libcst's `PositionProvider` ranges, start and end, line and column (a test
+  compares every node of the fixtures and rule examples).
+- `FastVisitor._walk(node)` calls the same `visit_<Type>`/`leave_<Type>`
+  methods in the same order as `node.visit(visitor)`, children in the order of
+  libcst's own `_visit_and_replace_children` (read from its source once per
+  node type), without rebuilding nodes, and skips whitespace, comments,
+  brackets, commas and operator tokens when the visitor has no handler for them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from bisect import bisect_right
+from itertools import accumulate, compress
+from typing import NamedTuple
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+
+NEWLINE_RE = re.compile(r"\r\n?|\n")  # libcst's own line-break rule
+
+
+class Point(NamedTuple):
+    line: int  # 1-based
+    column: int  # 0-based, in characters (libcst's CodePosition)
+
+
+class Range(NamedTuple):
+    start: Point
+    end: Point
+
+
+class _Syntactic:
+    """A `record_syntactic_position` block: marks its start and end in the token list."""
+
+    __slots__ = ("append", "end_node", "start_node")
+
+    def __enter__(self):
+        self.append(self)
+
+    def __exit__(self, *exc):
+        self.append(self)
+        return False
+
+
+class _MarkingState(CodegenState):
+    """Code generation that appends tokens *and* node boundaries to one list, in C."""
+
+    __slots__ = ("add_token", "after_codegen", "before_codegen", "syntactic")
+
+    def __init__(self, module: cst.Module):
+        CodegenState.__init__(self, module.default_indent, module.default_newline)
+        # Bound `list.append`: no Python frame per token or per node boundary.
+        self.add_token = self.before_codegen = self.after_codegen = self.tokens.append
+        self.syntactic: dict[int, _Syntactic] = {}
+
+    def pop_trailing_newline(self) -> None:
+        # libcst's position state keeps its line/column when the module drops its
+        # trailing newline; keeping the token keeps the offsets the same.
+        pass
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        mark = _Syntactic()
+        mark.start_node = start_node
+        mark.end_node = end_node
+        mark.append = self.tokens.append
+        self.syntactic[id(node)] = mark  # the last one wins, as in libcst
+        return mark
+
+
+class Positions:
+    """libcst `PositionProvider` ranges of every node of one module, computed on demand."""
+
+    def __init__(self, module: cst.Module):
+        self._fallback = None
+        if not (module.body or module.header or module.footer):
+            # An empty module: libcst decides its trailing newline from an empty
+            # token list, which the marks would hide.
+            self._use_libcst(module)
+            return
+        state = _MarkingState(module)
+        module._codegen(state)
+        items = state.tokens
+        lengths = [len(item) if item.__class__ is str else 0 for item in items]
+        text = "".join(compress(items, lengths))
+        if "\r" in text:
+            # libcst counts lines token by token; a CR LF split over two tokens
+            # would count twice there. Rare (old Windows files): use libcst itself.
+            self._use_libcst(module)
+            return
+        self._offsets = list(accumulate(lengths, initial=0))
+        self._line_starts = [m.end() for m in NEWLINE_RE.finditer(text)]
+        ids = list(map(id, items))
+        count = len(ids)
+        self._first = dict(zip(reversed(ids), range(count - 1, -1, -1)))
+        self._last = dict(zip(ids, range(count)))
+        self._syntactic = state.syntactic
+        self._items = items  # keeps every id above alive and unique
+
+    def _use_libcst(self, module: cst.Module) -> None:
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
+        self._fallback = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+    def _span(self, node) -> tuple[int, int]:
+        mark = self._syntactic.get(id(node))
+        if mark is None:
+            return self._offsets[self._first[id(node)]], self._offsets[self._last[id(node)]]
+        if mark.start_node is None:
+            start = self._offsets[self._first[id(mark)]]
+        else:
+            start = self._span(mark.start_node)[0]
+        if mark.end_node is None:
+            end = self._offsets[self._last[id(mark)]]
+        else:
+            end = self._span(mark.end_node)[1]
+        return start, end
+
+    def _point(self, offset: int) -> Point:
+        index = bisect_right(self._line_starts, offset)
+        return Point(index + 1, offset - self._line_starts[index - 1] if index else offset)
+
+    def __getitem__(self, node: cst.CSTNode) -> Range:
+        if self._fallback is not None:
+            found = self._fallback[node]
+            return Range(Point(found.start.line, found.start.column), Point(found.end.line, found.end.column))
+        start, end = self._span(node)
+        return Range(self._point(start), self._point(end))
+
+    def start(self, node: cst.CSTNode) -> Point:
+        if self._fallback is not None:
+            return self[node].start
+        return self._point(self._span(node)[0])
+
+
+# -- traversal ------------------------------------------------------------------
+
+_TRIVIA_BASES = (
+    cst.BaseParenthesizableWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Newline, cst.Comment,
+    cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
+    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Comma, cst.Dot, cst.Colon, cst.Semicolon,
+    cst.AssignEqual, cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp,
+    cst.BaseAugOp, cst.Asynchronous,
+)
+# Node types that hold only whitespace, comments and punctuation.
+TRIVIA = frozenset(
+    c for c in vars(cst).values() if isinstance(c, type) and issubclass(c, _TRIVIA_BASES)
+)
+_CHILD = re.compile(r"\bvisit_\w+\(\s*self,\s*\"(\w+)\"")
+_ATTRIBUTE_HANDLER = re.compile(r"^(visit|leave)_[A-Z]\w*_\w+$")
+
+
+def child_fields(node_type: type) -> tuple[str, ...]:
+    """The fields libcst's visit walks, in its order (from `_visit_and_replace_children`)."""
+    source = inspect.getsource(node_type._visit_and_replace_children)
+    return tuple(_CHILD.findall(source))
+
+
+def _only_trivia(annotation) -> bool:
+    """Whether a field annotation admits only trivia nodes (or no node at all)."""
+    found = False
+    stack = [annotation]
+    while stack:
+        current = stack.pop()
+        args = typing.get_args(current)
+        if args:
+            stack.extend(args)
+            continue
+        if isinstance(current, type) and issubclass(current, cst.CSTNode):
+            if current not in TRIVIA and not issubclass(current, _TRIVIA_BASES):
+                return False
+            found = True
+    return found
+
+
+class FastVisitor(cst.CSTVisitor):
+    """A read-only visitor whose `_walk(node)` equals `node.visit(self)`, minus the copying."""
+
+    _plans: typing.ClassVar[dict] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._plans = {}
+        # libcst's own visitor classes define empty `visit_<Type>[_<field>]` stubs for
+        # every node type: only handlers written below them count.
+        own = [klass for klass in cls.__mro__ if not klass.__module__.startswith("libcst")]
+        names = {name for klass in own for name in vars(klass)}
+        cls._handlers = names
+        cls._attribute_handlers = any(_ATTRIBUTE_HANDLER.match(n) for n in names)
+        cls._prune = not any(
+            f"{prefix}_{t.__name__}" in names for t in TRIVIA for prefix in ("visit", "leave")
+        )
+
+    @classmethod
+    def _plan(cls, node_type: type):
+        name = node_type.__name__
+        fields = child_fields(node_type)
+        if cls._prune:
+            hints = typing.get_type_hints(node_type)
+            fields = tuple(f for f in fields if not _only_trivia(hints.get(f)))
+        visit, leave = (
+            getattr(cls, handler) if handler in cls._handlers else None
+            for handler in (f"visit_{name}", f"leave_{name}")
+        )
+        plan = (visit, leave, fields)
+        cls._plans[node_type] = plan
+        return plan
+
+    def _walk(self, node: cst.CSTNode) -> None:
+        if self._attribute_handlers:  # visit_<Type>_<field> handlers: let libcst drive
+            node.visit(self)
+            return
+        plan = self._plans.get(node.__class__) or self._plan(node.__class__)
+        visit, leave, fields = plan
+        if visit is None or visit(self, node) is not False:
+            walk = self._walk
+            for field in fields:
+                child = getattr(node, field)
+                if isinstance(child, cst.CSTNode):
+                    walk(child)
+                elif child.__class__ is tuple or child.__class__ is list:
+                    for item in child:
+                        walk(item)
+        if leave is not None:
+            leave(self, node)
