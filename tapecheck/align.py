@@ -56,14 +56,20 @@ class Divergence:
     fit_value: float
     your_value: float
     abs_diff: float
-    rel_diff: float
+    rel_diff: float  # abs_diff relative to the largest magnitude in fit's value
     detail: str = ""
+    element: tuple[int, ...] = ()  # for a variable: the entry that differs most (shown)
 
     def describe(self) -> str:
         where = f"step {self.step} (epoch {self.epoch})"
         if self.kind == "steps":
             return f"{where}: {self.detail}"
-        what = {"loss": "the loss", "variable": f"variable {self.name}", "epoch metric": f"the reported epoch metric {self.name!r}"}[self.kind]
+        element = f"[{', '.join(map(str, self.element))}]" if self.element else ""
+        what = {
+            "loss": "the loss",
+            "variable": f"variable {self.name}{element}",
+            "epoch metric": f"the reported epoch metric {self.name!r}",
+        }[self.kind]
         text = (
             f"{where}: {what} differs: fit {self.fit_value:.8g}, yours {self.your_value:.8g} "
             f"(difference {self.abs_diff:.3g}, relative {self.rel_diff:.3g})"
@@ -395,12 +401,15 @@ def compare(recorder, your_losses, your_weights, your_reports, names, rtol, weig
             diverged = [entry for entry in per_variable if entry[4] > rtol]
             if diverged:
                 name, fit_w, your_w, abs_diff, rel = max(diverged, key=lambda entry: entry[4])
-                worst = np.abs(fit_w.astype(np.float64) - your_w).argmax()  # the element to show
+                worst = np.unravel_index(np.abs(fit_w.astype(np.float64) - your_w).argmax(), fit_w.shape)
                 detail = f"{len(diverged) - 1} other variable(s) too" if len(diverged) > 1 else "no other variable"
                 if weights_every > 1:
                     detail = f"weights compared every {weights_every} steps; {detail}"
                 divergences.append(
-                    Divergence(step, epoch, "variable", name, float(fit_w.flat[worst]), float(your_w.flat[worst]), abs_diff, rel, detail)
+                    Divergence(
+                        step, epoch, "variable", name, float(fit_w[worst]), float(your_w[worst]), abs_diff, rel, detail,
+                        element=tuple(int(i) for i in worst),
+                    )
                 )
 
         if step in epoch_end_steps and epoch - 1 < len(your_reports):

@@ -168,7 +168,7 @@ def test_cli_fails_on_a_mistake_naming_the_step_and_the_variable(tmp_path):
     outcome = run_cli(fixture("wrong_target.py"), "--plot", plot)
     assert outcome.exit_code == 1, outcome.output
     # Keras numbers layer names per process (dense, dense_1, ...): the path is fit's model's.
-    assert re.search(r"diverged at step 1 \(epoch 1\): variable sequential(_\d+)?/dense(_\d+)?/kernel differs", outcome.output)
+    assert re.search(r"diverged at step 1 \(epoch 1\): variable sequential(_\d+)?/dense(_\d+)?/kernel\[\d+, \d+\] differs", outcome.output)
     assert plot.stat().st_size > 1000
 
 
