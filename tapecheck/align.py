@@ -27,8 +27,10 @@ The protocol, a Python file (or the same callables passed to `align()`):
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import math
 import sys
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,6 +204,11 @@ def _as_dataset(data, batch_size: int):
     import tensorflow as tf
 
     if isinstance(data, tf.data.Dataset):
+        # fit and your loop each iterate it once per epoch: a reshuffling dataset would
+        # give them different batches, and every step would "diverge" for that reason alone.
+        first, again = (next(iter(data)) for _ in range(2))
+        if not all(np.array_equal(a, b) for a, b in zip(tf.nest.flatten(first), tf.nest.flatten(again))):
+            raise AlignError("data() returned a dataset whose order changes between iterations (shuffled?); align needs a fixed order")
         return data
     if not (isinstance(data, (tuple, list)) and len(data) == 2):
         raise AlignError("data() must return (x, y) arrays or a tf.data.Dataset of (x, y) batches")
@@ -235,13 +242,20 @@ def _fit_recorder(model):
     import keras
     import tensorflow as tf
 
+    # The yardstick is Keras's own train step. A model class that overrides it would have
+    # fit run that override, and a loop would be compared with itself.
+    if type(model).train_step is not keras.Model.train_step:
+        model.train_step = types.MethodType(keras.Model.train_step, model)
+
     batch_loss = tf.Variable(0.0, dtype=tf.float32, trainable=False)
     compute_loss = model.compute_loss
+    takes_training = "training" in inspect.signature(compute_loss).parameters
 
     # fit's logs carry the running mean of the loss; the batch's own loss is the value
     # `compute_loss` returns inside the train step, so keep it in a variable.
     def compute_loss_and_keep_it(x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        loss = compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
+        extra = {"training": training} if takes_training else {}
+        loss = compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, **extra)
         batch_loss.assign(tf.cast(loss, tf.float32))
         return loss
 
@@ -420,7 +434,8 @@ def compare(recorder, your_losses, your_weights, your_reports, names, rtol, weig
                 abs_diff, rel = relative_difference(fit_value, your_value)
                 if rel > rtol:
                     divergences.append(Divergence(step, epoch, "epoch metric", name, fit_value, your_value, abs_diff, rel))
-            epoch_metrics.append(compared)
+            if compared:
+                epoch_metrics.append(compared)
 
     if fit_steps != your_steps:
         step = min(fit_steps, your_steps) + 1

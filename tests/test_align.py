@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 tf = pytest.importorskip("tensorflow")
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
@@ -83,6 +84,24 @@ def test_a_correct_loop_written_differently_aligns_within_rounding(good):
     result = align(good.build_model, good.make_optimizer, good.loss_fn, good.data, train_step=train_step, batch_size=32)
     assert result.aligned, result.summary()
     assert result.max_loss_rel_diff < 1e-6
+
+
+def test_fit_is_keras_own_train_step_even_when_the_model_class_overrides_it(good):
+    """Otherwise fit would run the user's override and compare a loop with itself."""
+
+    class GradientAscent(keras.Sequential):
+        def train_step(self, data):  # a broken override: climbs the loss
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = -self.compute_loss(x, y, self(x, training=True))
+            self.optimizer.apply_gradients(zip(tape.gradient(loss, self.trainable_variables), self.trainable_variables))
+            return {"loss": loss}
+
+    def build_model():
+        return GradientAscent(good.build_model().layers)
+
+    result = align(build_model, good.make_optimizer, good.loss_fn, good.data, train=good.train, batch_size=32)
+    assert result.aligned, result.summary()
 
 
 # --- injected mistakes ----------------------------------------------------------------
@@ -223,9 +242,16 @@ def test_cli_plot_to_an_unwritable_place_is_one_line(tmp_path):
     assert outcome.exit_code == 2 and outcome.output == f"{plot}: error: cannot write the plot: no such directory\n"
 
 
-def test_api_rejects_data_that_is_not_x_y(good):
+def test_api_rejects_data_that_is_not_x_y_or_is_reshuffled(good):
     with pytest.raises(AlignError, match=r"data\(\) must return"):
         align(good.build_model, good.make_optimizer, good.loss_fn, lambda: np.zeros(3), train=good.train)
+
+    def reshuffled():
+        x, y = good.data()
+        return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(128, reshuffle_each_iteration=True).batch(32)
+
+    with pytest.raises(AlignError, match="order changes between iterations"):
+        align(good.build_model, good.make_optimizer, good.loss_fn, reshuffled, train=good.train)
 
 
 # --- the fixtures under the linter -----------------------------------------------------
