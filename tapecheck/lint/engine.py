@@ -111,6 +111,7 @@ def lint_source(source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule
 def lint_python(source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule] = RULES) -> list[Finding]:
     """Findings for Python source, sorted by position. Raises LintError on bad input."""
     from tapecheck.lint.extract import extract
+    from tapecheck.lint.project import current as current_project
 
     if isinstance(source, str):
         source = source.encode("utf-8")
@@ -121,6 +122,7 @@ def lint_python(source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule
         facts = extract(module, path)
     except RecursionError:
         raise LintError("code nested too deeply to analyse") from None
+    facts.project = current_project()  # what the other files of this run define, if any
     findings: set[Finding] = set()
     for rule in rules:
         if rule.check is None:
@@ -162,14 +164,26 @@ def lint_file(path: str, rules: Sequence[Rule] = RULES) -> Report:
     return report
 
 
+def _project(files: Sequence[str], rules: Sequence[Rule]):
+    """The cross-file index, built only when a selected rule reads it (TAP403)."""
+    from contextlib import nullcontext
+
+    from tapecheck.lint.project import ProjectIndex, using
+
+    if not any(getattr(rule.module, "PROJECT", False) for rule in rules):
+        return nullcontext()
+    return using(ProjectIndex.build(files))
+
+
 def lint_paths(paths: Iterable[str], rules: Sequence[Rule] = RULES) -> Report:
     from tapecheck.lint.files import discover
 
     report = Report()
     files, errors = discover(paths)
     report.errors.extend(errors)
-    for path in files:
-        report.extend(lint_file(path, rules))
+    with _project(files, rules):
+        for path in files:
+            report.extend(lint_file(path, rules))
     report.findings.sort()
     report.errors.sort()
     return report

@@ -121,7 +121,7 @@ def distill_step(student, teacher, opt, x, temperature=4.0):
     with tf.GradientTape() as tape:
         soft = tf.nn.softmax(np.asarray(teacher(x, training=False)) / temperature)
         logits = student(x, training=True)
-        loss = tf.reduce_mean(tf.keras.losses.kl_divergence(soft, tf.nn.softmax(logits / temperature)))
+        loss = tf.reduce_mean(tf.keras.losses.KLDivergence()(soft, tf.nn.softmax(logits / temperature)))
     grads = tape.gradient(loss, student.trainable_variables)
     opt.apply_gradients(zip(grads, student.trainable_variables))
 """,

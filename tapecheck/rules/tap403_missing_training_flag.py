@@ -1,0 +1,301 @@
+'''# TAP403 missing-training-flag
+
+## What it does
+Finds the models whose definition contains a layer that behaves differently in
+training and inference (`Dropout` and its variants, `GaussianNoise`,
+`BatchNormalization`): a class that builds one, a function that builds a model
+with one, a `keras.Sequential([...])` holding one. The definition may be in
+another file of the same lint run (`from models import Net`). Then it flags:
+- a call of such a model inside the tape that trains it (the tape's gradient is
+  asked for its variables) without `training=True`;
+- a call with `training=True` inside a validation step (`val_step`,
+  `test_step`, `evaluate...`) that records no tape.
+
+A frozen model on the tape (a distillation teacher, the discriminator in the
+generator's step) and `training=False` written on purpose (fine-tuning with
+frozen batch norm) are not flagged, nor repeated `training=True` calls in a loop
+(Monte Carlo dropout).
+
+## Why is this bad?
+Outside `fit`, Keras runs a model in inference mode unless told otherwise:
+called without `training=True` in a custom loop, Dropout drops nothing and
+BatchNormalization normalizes with its moving averages and never updates them.
+The model trains without the regularization it was designed with, and its
+batch-norm statistics stay at their initial values, so evaluation is wrong too.
+The reverse mistake, `training=True` while validating, makes validation scores
+random and pollutes the batch-norm statistics with validation data.
+
+## Example
+```python
+import tensorflow as tf
+
+model = tf.keras.Sequential([
+    tf.keras.layers.Dense(64, activation="relu"),
+    tf.keras.layers.Dropout(0.5),
+    tf.keras.layers.Dense(10),
+])
+
+def train_step(optimizer, loss_fn, x, y):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+```
+
+## Use instead
+```python
+import tensorflow as tf
+
+model = tf.keras.Sequential([
+    tf.keras.layers.Dense(64, activation="relu"),
+    tf.keras.layers.Dropout(0.5),
+    tf.keras.layers.Dense(10),
+])
+
+def train_step(optimizer, loss_fn, x, y):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+```
+'''
+
+from __future__ import annotations
+
+import re
+
+from tapecheck.lint.facts import GRADIENT_METHODS
+from tapecheck.lint.project import MODE_LAYERS
+from tapecheck.rules._common import keras_member, report
+from tapecheck.rules._flow import callee_of, spans_of, variable_owner
+
+CODE = "TAP403"
+NAME = "missing-training-flag"
+SUMMARY = "a model with Dropout/BatchNormalization trained without `training=True`, or validated with it"
+PROBE = True
+PROJECT = True  # reads the cross-file index of model definitions
+TRIGGERS = (b"GradientTape", b"training=True")
+
+MODEL_CLASSES = frozenset(
+    f"{root}{name}"
+    for root in ("keras.", "tensorflow.keras.", "tf_keras.", "keras.models.", "tensorflow.keras.models.")
+    for name in ("Model", "Sequential")
+)
+VALIDATION_STEP = re.compile(r"(val|valid|validation|validate|eval|evaluate|evaluation|test)_step|(val|valid|validate|eval|evaluate)(_\w+)?")
+
+VALID = [
+    # distillation: the teacher runs in inference mode on the student's tape
+    """
+import tensorflow as tf
+from tensorflow import keras
+def make():
+    return keras.Sequential([keras.layers.Dense(8), keras.layers.Dropout(0.3), keras.layers.Dense(2)])
+teacher = make()
+student = make()
+def distill_step(opt, x):
+    with tf.GradientTape() as tape:
+        soft = tf.nn.softmax(teacher(x))
+        loss = tf.reduce_mean(tf.keras.losses.KLDivergence()(soft, tf.nn.softmax(student(x, training=True))))
+    grads = tape.gradient(loss, student.trainable_variables)
+    opt.apply_gradients(zip(grads, student.trainable_variables))
+""",
+    # fine-tuning with frozen batch norm, on purpose; evaluation in inference mode
+    """
+import tensorflow as tf
+from tensorflow.keras import layers
+base = tf.keras.Sequential([layers.Conv2D(8, 3), layers.BatchNormalization(), layers.GlobalAveragePooling2D()])
+head = layers.Dense(2)
+def train_step(opt, x, y):
+    with tf.GradientTape() as tape:
+        logits = head(base(x, training=False))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+    variables = base.trainable_variables + head.trainable_variables
+    opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+def val_step(x):
+    return head(base(x, training=False))
+""",
+    # Monte Carlo dropout at evaluation: repeated training=True samples, on purpose
+    """
+import tensorflow as tf
+model = tf.keras.Sequential([tf.keras.layers.Dense(8), tf.keras.layers.Dropout(0.5)])
+def evaluate_uncertainty(x, samples=20):
+    preds = [model(x, training=True) for _ in range(samples)]
+    return tf.math.reduce_std(tf.stack(preds), axis=0)
+""",
+    # a model without mode-dependent layers needs no flag
+    """
+import tensorflow as tf
+model = tf.keras.Sequential([tf.keras.layers.Dense(8), tf.keras.layers.Dense(1)])
+def step(opt, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+""",
+]
+
+INVALID = [
+    # a subclassed model with batch norm, in its own train_step and test_step
+    """
+import keras
+import tensorflow as tf
+class Net(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.body = keras.layers.Dense(16)
+        self.norm = keras.layers.BatchNormalization()
+        self.out = keras.layers.Dense(1)
+    def call(self, x, training=None):
+        return self.out(self.norm(self.body(x), training=training))
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(y=y, y_pred=self(x))  # expect: TAP403
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+    def test_step(self, data):
+        x, y = data
+        return {"loss": self.compute_loss(y=y, y_pred=self(x, training=True))}  # expect: TAP403
+""",
+    # a builder function with dropout, used from a trainer class
+    """
+import tensorflow as tf
+from tensorflow.keras import layers
+def build_classifier():
+    inputs = tf.keras.Input((8,))
+    x = layers.Dropout(0.2)(layers.Dense(16)(inputs))
+    return tf.keras.Model(inputs, layers.Dense(3)(x))
+class Trainer:
+    def __init__(self):
+        self.model = build_classifier()
+        self.opt = tf.keras.optimizers.Adam()
+    def step(self, x, y):
+        with tf.GradientTape() as tape:
+            logits = self.model(x)  # expect: TAP403
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.opt.apply_gradients(zip(grads, self.model.trainable_variables))
+""",
+]
+
+
+def _is_mode_layer(facts, call) -> bool:
+    return keras_member(callee_of(facts, call), "layers") in MODE_LAYERS
+
+
+def _is_model_class(facts, call) -> bool:
+    return callee_of(facts, call) in MODEL_CLASSES
+
+
+def _local_definitions(facts) -> dict[str, str]:
+    """Classes (and model-building functions) of this file with a mode-dependent layer."""
+    mode_calls = [c for c in facts.calls if _is_mode_layer(facts, c)]
+    if not mode_calls:
+        return {}
+    model_calls = [c for c in facts.calls if _is_model_class(facts, c)]
+    found = {}
+    for block in facts.blocks:
+        if block.kind not in ("class", "function"):
+            continue
+        holds = lambda call: block.id in facts.chain(call.site.block)  # noqa: E731
+        if any(holds(c) for c in mode_calls) and (block.kind == "class" or any(holds(c) for c in model_calls)):
+            found.setdefault(block.name, f"`{block.name}`, line {block.line}")
+    for block in facts.blocks:  # subclasses of such a class
+        if block.kind == "class" and block.name not in found and any(base in found for base in block.bases):
+            found[block.name] = f"`{block.name}`, line {block.line}"
+    return found
+
+
+def _imported(facts, text) -> str:
+    """`models.Net` for `Net` imported from `models` (absolute or relative), else ""."""
+    head, dot, rest = text.partition(".")
+    origin = facts.imports.get(head) or facts.relative_imports.get(head)
+    return origin + dot + rest if origin else ""
+
+
+def _mode_models(facts, spans, local) -> dict[str, str]:
+    """Names bound to a model with a mode-dependent layer -> where that layer is defined."""
+    project = facts.project
+    scopes_with_mode_layers = {facts.scope_of(c.site) for c in facts.calls if _is_mode_layer(facts, c)}
+    models = {}
+    for assign in facts.assigns:
+        if assign.kind != "assign" or assign.value is None or assign.value.kind != "call":
+            continue
+        calls = spans.calls_in(assign.span)
+        if not calls:
+            continue
+        made_by = calls[0].func.text
+        origin = _imported(facts, made_by) if made_by else ""
+        if made_by in local and not origin:
+            models[assign.target] = local[made_by]
+        elif origin and project is not None and project.defines(origin, facts.path):
+            models[assign.target] = f"`{made_by}` from `{origin.rpartition('.')[0]}`"
+        elif _is_model_class(facts, calls[0]) and (
+            any(_is_mode_layer(facts, c) for c in calls) or facts.scope_of(assign.site) in scopes_with_mode_layers
+        ):
+            models[assign.target] = f"line {assign.site.line}"
+    return models
+
+
+def _trained_by(facts, spans, tape, model) -> bool:
+    """Whether `tape`'s gradient is asked for the variables of `model`."""
+    if not tape.name:
+        return False
+    for gradient in facts.tape_calls(tape, GRADIENT_METHODS):
+        for use in spans.uses_in((gradient.site.order, gradient.end_order)):
+            if variable_owner(use.name) == model:
+                return True
+            for assign in facts.reaching_assigns(use.name, gradient.site):  # variables = model.trainable_variables
+                if any(variable_owner(inner.name) == model for inner in spans.uses_in(assign.span)):
+                    return True
+    return False
+
+
+def _model_of(facts, call, local, models) -> str:
+    """Where the called model's mode-dependent layer is defined, or "" when it has none we know of."""
+    text = call.func.text
+    if text == "self":
+        owner = facts.enclosing_class(call.site)
+        return local.get(owner.name, "") if owner is not None else ""
+    return models.get(text, "")
+
+
+def check(facts):
+    local = _local_definitions(facts)
+    spans = spans_of(facts)
+    models = _mode_models(facts, spans, local)
+    if not models and not local:
+        return
+    for call in facts.calls:
+        if call.func.kind not in ("name", "attribute") or call.site.in_comprehension:
+            continue
+        where = _model_of(facts, call, local, models)
+        if not where:
+            continue
+        training = call.arg(1, "training")
+        name = call.func.text
+        if training is None:
+            tapes = [t for t in facts.tapes if facts.records(t, call.site)]
+            if any(_trained_by(facts, spans, t, name) for t in tapes):
+                yield report(
+                    facts, call.site, CODE,
+                    f"`{name}` has Dropout/BatchNormalization layers ({where}) and is trained here without "
+                    "`training=True`: Keras runs it in inference mode, so dropout is off and batch-norm "
+                    "statistics never update",
+                    f"Call `{name}(..., training=True)` inside the tape.",
+                )
+        elif training.value is True:
+            function = facts.blocks[facts.scope_of(call.site)]
+            if (
+                function.kind == "function"
+                and VALIDATION_STEP.fullmatch(function.name)
+                and not any(facts.scope_of(t.site) == function.id for t in facts.tapes)
+                and not facts.loops_between(None, call.site)
+            ):
+                yield report(
+                    facts, call.site, CODE,
+                    f"`{name}` has Dropout/BatchNormalization layers ({where}) and is called with "
+                    f"`training=True` in `{function.name}`: validation results become random and "
+                    "batch-norm statistics learn from validation data",
+                    f"Call `{name}(..., training=False)` when validating.",
+                )
