@@ -274,3 +274,66 @@ def test_rules_table_says_which_rules_fix():
     start, end = header.index("CHECKED BY"), header.index("FLAGS")
     checked_by = {row.split()[0]: [w.strip() for w in row[start:end].split(",")] for row in rows}
     assert {code for code, where in checked_by.items() if "fix" in where} == {rule.code for rule in FIXABLE}
+
+
+# -- generated programs ---------------------------------------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_TAPE_ARGS = ["", "persistent=False", "persistent=True", "False", "True", "watch_accessed_variables=False",
+              "watch_accessed_variables=False, persistent=True", "\n        persistent=True,\n    "]
+_CALLS = [
+    "    a = {t}.gradient(y, v)\n",
+    "    a = {t}.gradient(y, v)\n    b = {t}.gradient(y * 2.0, w)\n",
+    "    out = [{t}.gradient(y, u) for u in (v, w)]\n",
+    "    for u in (v, w):\n        print({t}.gradient(y, u))\n",
+    "    if flag:\n        a = {t}.gradient(y, v)\n    c = {t}.gradient(y, w)\n    print(c)\n",
+]
+_EXTRAS = [
+    "",
+    "opt = tf.keras.optimizers.Adam(lr=0.1)\n",
+    "acc = tf.keras.metrics.Mean()\nfor epoch in range(2):\n    for x in data:\n        acc.update_state(x)\n    print(acc.result())\n",
+    "acc = tf.keras.metrics.Mean()\nfor epoch in range(2):\n    acc.reset_states()\n    for x in data:\n        acc(x)\n    print(acc.result())\n",
+]
+
+
+@st.composite
+def programs(draw):
+    tape = draw(st.sampled_from(["tape", "t"]))
+    made = draw(st.sampled_from(["with", "assign", "module"]))
+    args = draw(st.sampled_from(_TAPE_ARGS))
+    calls = draw(st.sampled_from(_CALLS)).format(t=tape)
+    extra = draw(st.sampled_from(_EXTRAS))
+    if made == "with":
+        body = f"def f(m, x, v, w, flag):\n    with tf.GradientTape({args}) as {tape}:\n        y = m(x)\n{calls}"
+    elif made == "assign":
+        body = f"def f(m, x, v, w, flag):\n    {tape} = tf.GradientTape({args})\n    with {tape}:\n        y = m(x)\n{calls}"
+    else:  # module level, as in a notebook
+        body = f"with tf.GradientTape({args}) as {tape}:\n    y = m(x)\n" + "".join(
+            line[4:] + "\n" for line in calls.splitlines()
+        )
+    source = "import tensorflow as tf\n\n" + draw(st.sampled_from([body + extra, extra + body]))
+    if draw(st.booleans()):
+        source = source.replace("    ", "\t")
+    if draw(st.booleans()):
+        source = source.replace("\n", "\r\n")
+    return source.encode()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_fixes_on_generated_programs(source):
+    findings = lint_source(source, "gen.py")
+    original_fixes = _fixable(source, "gen.py")
+    result = fix_source(source, "gen.py", unsafe=True)
+    libcst.parse_module(result.fixed)
+    after = lint_source(result.fixed, "gen.py")
+    assert len(after) == len(findings) - result.fixed_count
+    for code in {f.code for f in original_fixes}:
+        assert sum(f.code == code for f in after) < sum(f.code == code for f in findings)
+    text = SourceText.from_bytes(source).text
+    spans = [(s, e) for f in original_fixes for s, e, _ in edit_spans(text, f.fix.edits)]
+    assert _changes_within(text, SourceText.from_bytes(result.fixed).text, spans)
+    newline = "\r\n" if b"\r\n" in source else "\n"
+    assert SourceText.from_bytes(result.fixed).text.count("\n") == SourceText.from_bytes(result.fixed).text.count(newline)
+    assert fix_source(result.fixed, "gen.py", unsafe=True).fixed == result.fixed

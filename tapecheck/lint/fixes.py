@@ -264,13 +264,28 @@ def _fix_tap201(tree: _Tree, finding: Finding) -> Fix | None:
     return Fix(title, tuple(edits))
 
 
+def _asked_once(facts, tape) -> bool:
+    """The tape makes one gradient call, once, that needs no persistence (TAP202's first case)."""
+    calls = facts.tape_calls(tape, GRADIENT_METHODS)
+    if len(calls) != 1 or calls[0].site.in_comprehension or facts.loops_between(tape.site, calls[0].site):
+        return False
+    call = calls[0]
+    pfor = call.keywords.get("experimental_use_pfor")
+    if call.method != "gradient" and pfor is not None and pfor.value is not True:
+        return False  # the while-loop jacobian asks the tape many times
+    return not facts.records(tape, call.site)  # asked mid-recording so that recording goes on
+
+
 def _fix_tap202(tree: _Tree, finding: Finding) -> Fix | None:
     facts = tree.facts
     tape = next((t for t in facts.tapes if (t.site.line, t.site.col) == (finding.line, finding.col)), None)
-    if tape is None or len(facts.tape_calls(tape, GRADIENT_METHODS)) != 1:
-        return None  # only the "asked once" finding: persistence is dropped, not released
-    node = _tape_call(tree, tape)
-    arg = _persistent_arg(node) if node is not None else None
+    node = _tape_call(tree, tape) if tape is not None else None
+    if node is None:
+        return None
+    if not _asked_once(facts, tape):  # the other case: a module-level tape never released
+        release = _del_after_last_use(tree, tape, node)
+        return Fix(f"`del {tape.name}` after its last use", (release,)) if release else None
+    arg = _persistent_arg(node)
     if arg is None or any(a.star for a in node.args):
         return None
     index = node.args.index(arg)

@@ -36,8 +36,10 @@ def train_step(model, x, y, loss_fn, opt):
 
 ## Fix safety
 For a tape asked for gradients once, the fix drops `persistent=True`. It is
-safe: the single call gives the same gradients. A module-level tape that is
-never deleted has no automatic fix.
+safe: the single call gives the same gradients. For a module-level tape that
+is never deleted, the fix adds `del tape` after the statement holding its last
+use, when that statement is in the block that made the tape and the name is
+not read anywhere else.
 '''
 
 from tapecheck.lint.facts import GRADIENT_METHODS
