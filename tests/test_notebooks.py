@@ -63,6 +63,10 @@ def test_continuation_lines_are_python_not_magics():
     assert cell_to_python(cell) == [line + "\n" for line in cell.splitlines()[:-1]] + ["#time f()\n"]
 
 
+def test_only_real_line_breaks_count():
+    assert cell_to_python("a = 1\x0c\r\nb = 2\rc = 3") == ["a = 1\x0c\n", "b = 2\n", "c = 3\n"]
+
+
 def test_cell_magics_keep_python_bodies_and_drop_others():
     assert cell_to_python("%%time\ny = f(x)\n") == ["#%time\n", "y = f(x)\n"]
     assert cell_to_python("%%bash\nif ((\n") == ["#%bash\n", "#f ((\n"]

@@ -100,7 +100,9 @@ class _Continuation:
 
 def cell_to_python(text: str) -> list[str]:
     """A code cell's lines (each ending in "\\n") with IPython syntax commented out."""
-    lines = text.splitlines()
+    lines = re.split(r"\r\n|\r|\n", text)  # not str.splitlines: a form feed is no line break to the parser
+    if lines[-1] == "":
+        lines.pop()
     out: list[str] = []
     whole_cell = False
     if lines and lines[0].lstrip().startswith("%%"):
