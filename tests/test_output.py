@@ -142,6 +142,15 @@ def test_sarif_is_valid_against_the_official_schema(tree):
     assert "broken.py" in invocation["toolExecutionNotifications"][0]["message"]["text"]
 
 
+def test_sarif_files_outside_the_working_folder_get_absolute_uris(tree, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "far.py"
+    elsewhere.write_text(BAD)
+    document = json.loads(run("lint", "--output-format", "sarif", str(elsewhere)).output)
+    jsonschema.Draft4Validator(SARIF_SCHEMA).validate(document)
+    artifact = document["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert artifact == {"uri": elsewhere.as_uri()}
+
+
 def test_sarif_schema_catches_a_broken_document(tree):
     document = json.loads(run("lint", "--output-format", "sarif", ".").output)
     document["runs"][0]["results"][0]["level"] = "fatal"

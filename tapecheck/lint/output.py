@@ -126,19 +126,20 @@ def to_json(outcome: Outcome) -> str:
 
 
 # -- sarif ----------------------------------------------------------------------------
-def _uri(path: str) -> str:
-    """A relative URI (against %SRCROOT%, the working folder) when the file is under it."""
+def _artifact(path: str) -> dict:
+    """A URI relative to %SRCROOT% (the working folder) when the file is under it, else absolute
+    (SARIF: an absolute URI has no uriBaseId)."""
     absolute = Path(os.path.abspath(path))
     try:
-        return absolute.relative_to(Path.cwd()).as_posix()
+        return {"uri": absolute.relative_to(Path.cwd()).as_posix(), "uriBaseId": "%SRCROOT%"}
     except ValueError:
-        return absolute.as_uri()
+        return {"uri": absolute.as_uri()}
 
 
 def _location(path: str, line: int, col: int) -> dict:
     return {
         "physicalLocation": {
-            "artifactLocation": {"uri": _uri(path), "uriBaseId": "%SRCROOT%"},
+            "artifactLocation": _artifact(path),
             "region": {"startLine": max(line, 1), "startColumn": max(col, 1)},
         }
     }
