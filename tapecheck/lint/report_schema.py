@@ -79,3 +79,8 @@ SCHEMA = {
         },
     },
 }
+
+if __name__ == "__main__":  # `python -m tapecheck.lint.report_schema > tapecheck-report.schema.json`
+    import json
+
+    print(json.dumps(SCHEMA, indent=2))
