@@ -17,6 +17,13 @@ Causes and the codes they are reported under (the linter's vocabulary):
   TAP103 tensor-not-watched    the source tensor was never `watch`ed
   TAP103 variable-not-watched  `watch_accessed_variables=False` and no `watch`
   TAP103 integer-source        the source has an integer dtype
+  (none) not-connected         traced code, no path at all from the source to
+                               the target: the target does not depend on it
+                               (a bias under a derivative); not a mistake
+
+In eager code tensors keep no producer, so a per-source cut cannot be told
+from no dependence at all; it is reported only where the static pass finds
+the TAP104 cut inside the tape's lines (see report.py).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ class Cause:
     hint: str
     op: str | None = None
     at: object = None  # the op's own user line (traced code), reported there
+    certain: bool = True  # False: eager, the op is unknown; reported only if the static pass locates it
 
 
 def is_variable(obj) -> bool:
@@ -193,11 +201,23 @@ def source_cause(info, tape, handle, source, watched_handles, other_tapes, targe
                      f"{info.site.line if info.site else '?'}: its gradient is None",
                      "Call `tape.watch(x)` inside the `with` block, before using it.")
     op, at = graph_cut(targets, source)
-    found = f" ({op})" if op else " (round, stop_gradient, argmax, an int cast or a numpy round-trip?)"
+    if op is None and targets and not _is_eager(targets[0]):
+        # Traced: the graph shows no cut, so the target simply does not depend on
+        # the source (a bias under a derivative, an unused head). Not a mistake.
+        return Cause(None, "not-connected", "", "")
+    found = f" ({op})" if op else " (round, stop_gradient, argmax, an int cast or a numpy round-trip)"
     return Cause("TAP104", "no-differentiable-path",
                  f"the target does not depend on source {{names}} through differentiable ops{found}: its gradient is None",
                  "Remove the non-differentiable op between this source and the loss, or drop the source.",
-                 op, at)
+                 op, at, certain=op is not None)
+
+
+def _is_eager(tensor) -> bool:
+    try:
+        tensor.op  # noqa: B018 - graph tensors have a producer op, eager tensors raise
+    except AttributeError:
+        return True
+    return False
 
 
 def _has_id(t) -> bool:
@@ -213,6 +233,12 @@ def _no_gradient(op) -> bool:
     except LookupError:
         return False
     return False
+
+
+def _cuts(op) -> bool:
+    """An op that drops a floating-point value's gradient (constants and int-only ops do not count)."""
+    floating_in = any(i.dtype.is_floating for i in op.inputs)
+    return floating_in and (_no_gradient(op) or _float_in_int_out(op))
 
 
 def _float_in_int_out(op) -> bool:
@@ -259,7 +285,7 @@ def graph_cut(targets, source):
         if id(op) in seen:
             continue
         seen.add(id(op))
-        if wanted is None and (_no_gradient(op) or _float_in_int_out(op)):
+        if wanted is None and _cuts(op):
             return _op_label(op)
         for inp in op.inputs:
             if wanted is not None and inp.name == wanted.name:
@@ -274,7 +300,7 @@ def graph_cut(targets, source):
 def _first_cut_on_path(op, parent):
     """From the op that consumes the source up to the target: the first op without a gradient."""
     while op is not None:
-        if _no_gradient(op) or _float_in_int_out(op):
+        if _cuts(op):
             return _op_label(op)
         op = parent.get(id(op))
     return None, None

@@ -89,6 +89,8 @@ class OptimizerHooks:
                 unknown.append(variable)
                 continue
             cause_site, cause = known
+            if cause.code is None:
+                continue  # the target does not depend on it: Keras's skip is right
             # Same record as the gradient-time diagnosis: say the update skipped it.
             self.collector.add(cause_site, cause.code, cause.cause, cause.text, cause.hint, count=0,
                                skipped_by_apply_gradients=[diagnose.describe(variable)], applied_at=[where])

@@ -19,7 +19,7 @@ class Collector:
         self._records: dict[tuple, dict] = {}
 
     def add(self, site, code: str, cause: str, message: str, hint: str = "",
-            names=(), count: int = 1, **details) -> None:
+            names=(), count: int = 1, locate=None, drop_unlocated=False, **details) -> None:
         """Record one observation; `message` may hold `{names}`, filled at report time."""
         if site is None:
             return
@@ -29,7 +29,8 @@ class Collector:
             if record is None:
                 record = self._records[key] = {
                     "site": site, "code": code, "cause": cause, "message": message,
-                    "hint": hint, "names": [], "count": 0, "details": {},
+                    "hint": hint, "names": [], "count": 0, "details": {}, "locate": locate,
+                    "drop_unlocated": drop_unlocated,
                 }
             record["count"] += count
             for name in names:
@@ -51,6 +52,10 @@ class Collector:
         out = []
         for r in records:
             site = r["site"]
+            if r["locate"] is not None:
+                site, r = _static_location(site, r)
+                if r is None:
+                    continue
             names = ", ".join(f"`{n}`" for n in r["names"][:6])
             if len(r["names"]) > 6:
                 names += f" and {len(r['names']) - 6} more"
@@ -76,3 +81,21 @@ def render(findings, fmt: str = "text") -> str:
     count = len(findings)
     lines.append(f"tapecheck probe: {count} finding{'' if count == 1 else 's'}.")
     return "\n".join(lines) + "\n"
+
+
+def _static_location(site, record):
+    """An eager cut path: the probe knows the path was cut, not by which line.
+
+    Eager tensors keep no producer, so the op cannot be found at run time. The
+    static pass can: when it flags TAP104 inside this tape's lines, report at
+    that line and keep the gradient call in the details.
+    """
+    from tapecheck.probe.locate import static_lines
+
+    first, last = record["locate"]
+    lines = static_lines(site.path, record["code"], first, last)
+    if not lines:
+        return site, (None if record["drop_unlocated"] else record)
+    moved = dict(record)
+    moved["details"] = {**record["details"], "gradient_call": site.short(), "located_by": "static pass"}
+    return site._replace(line=lines[0], col=1), moved

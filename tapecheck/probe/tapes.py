@@ -51,6 +51,7 @@ class TapeHooks:
         self.infos: dict[int, TapeInfo] = {}
         self.local = threading.local()
         self.active = True
+        self._site_info = None
 
     # -- state -------------------------------------------------------------
     def _stack(self) -> list:
@@ -235,6 +236,13 @@ class TapeHooks:
         )
 
     def _diagnose(self, tape, info, handle, target, sources, flat_grads, site):
+        self._site_info = info
+        try:
+            self._diagnose_sources(tape, info, handle, target, sources, flat_grads, site)
+        finally:
+            self._site_info = None
+
+    def _diagnose_sources(self, tape, info, handle, target, sources, flat_grads, site):
         flat_sources = nest.flatten(sources)
         if len(flat_sources) != len(flat_grads):
             return
@@ -256,7 +264,7 @@ class TapeHooks:
         cut = []
         for source in none_sources:
             cause = diagnose.source_cause(info, tape, handle, source, watched_handles, others, targets)
-            if cause.cause != "no-differentiable-path":
+            if cause.cause not in ("no-differentiable-path", "not-connected"):
                 self._add(site, cause, [source], names)  # its own cause, even if the target is fixed
             elif target_cause is None and not target_recorded:
                 cut.append(source)  # the source reached the tape; the target did not
@@ -271,7 +279,15 @@ class TapeHooks:
         if cause.at is not None:  # the op that cut the path, in traced code: report at its line
             extra["gradient_call"] = site.short() if site else "?"
             site = cause.at
-        self.collector.add(site, cause.code, cause.cause, cause.text, cause.hint, names=names, **extra)
+        elif cause.code == "TAP104" and cause.cause != "integer-target":
+            made = self._site_info.site if self._site_info is not None else None
+            if made is not None and site is not None and made.path == site.path:
+                extra["locate"] = (made.line, site.line)
+                extra["drop_unlocated"] = not cause.certain
+            elif not cause.certain:
+                cause = diagnose.Cause(None, "not-connected", "", "")
+        if cause.code is not None:
+            self.collector.add(site, cause.code, cause.cause, cause.text, cause.hint, names=names, **extra)
         for source in sources:
             if diagnose.is_variable(source):
                 self.variable_causes.remember(source, (site, cause))
