@@ -367,6 +367,10 @@ def cli(epochs, batch_size, learning_rate, data, checkpoint_dir, max_to_keep, se
     except ReferenceLoopError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        where = f"; rerun with --checkpoint-dir {checkpoint_dir} to resume from the last epoch saved" if checkpoint_dir else ""
+        click.echo(f"\ninterrupted{where}", err=True)
+        sys.exit(130)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -191,20 +191,34 @@ def test_progress_is_a_bar_on_a_terminal(diabetes):
 # --- command line -------------------------------------------------------------------------
 
 
-def test_cli_stopped_then_resumed_in_a_new_process(tmp_path, uninterrupted):
-    full, _, _ = uninterrupted
-    first = CliRunner().invoke(reference.cli, ["--epochs", "2", "--data", "diabetes", "--checkpoint-dir", str(tmp_path)])
-    assert first.exit_code == 0, first.output
-    assert "epoch 2/2" in first.output and "final (2 epochs)" in first.output
-    process = subprocess.run(
-        [sys.executable, "-m", "tapecheck.reference", "--epochs", "3", "--data", "diabetes", "--checkpoint-dir", str(tmp_path), "--json"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-    )
-    assert process.returncode == 0, process.stderr[-2000:]
-    result = json.loads(process.stdout)
-    assert (result["resumed_from_epoch"], result["epochs_completed"]) == (2, 3)
-    assert "epoch 3/3" in process.stderr and "epoch 1/3" not in process.stderr
-    assert result["history"][0] == pytest.approx(full.history[2], rel=1e-6)
+def test_killed_mid_run_then_rerun_ends_with_the_weights_of_an_uninterrupted_run(tmp_path, diabetes):
+    """SIGKILL a `python -m tapecheck.reference` run once epoch 2 is reported, rerun the
+    command on the same directory: it resumes from the last checkpoint written and ends
+    where a run that was never killed ends. Small batches make epochs long enough that the
+    kill lands a few epochs before the end."""
+    command = [sys.executable, "-m", "tapecheck.reference", "--data", "diabetes", "--batch-size", "4", "--checkpoint-dir", str(tmp_path)]
+    process = subprocess.Popen(command + ["--epochs", "50"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    try:
+        for line in process.stdout:  # piped: one flushed line per epoch
+            if line.startswith("epoch 2/50"):
+                process.kill()
+                break
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+        process.stdout.close()
+    assert process.returncode == -9, "the run ended before it could be killed"
+
+    outcome = CliRunner().invoke(reference.cli, command[3:] + ["--epochs", "6", "--json"])
+    assert outcome.exit_code == 0, outcome.output
+    resumed = json.loads(outcome.output[outcome.output.index("{\n"):])
+    assert 1 <= resumed["resumed_from_epoch"] <= 5, "the kill landed after epoch 5: the machine is very slow"
+    assert f"epoch {resumed['resumed_from_epoch'] + 1}/6" in outcome.output
+
+    full_directory = tmp_path / "never-killed"
+    full = reference.train(epochs=6, batch_size=4, data=diabetes, checkpoint_dir=str(full_directory))
+    assert resumed["history"] == full.history[resumed["resumed_from_epoch"]:]
+    assert_same_values(checkpoint_values(tmp_path / "ckpt-6"), checkpoint_values(full_directory / "ckpt-6"))
 
 
 def test_cli_missing_california_is_one_line_and_status_2(tmp_path, monkeypatch):
