@@ -1,0 +1,94 @@
+"""What the runtime probe costs per training step.
+
+Times a small Keras model's step, eager and `@tf.function`, with and without
+the probe, in interleaved blocks (off, on, on, off, ...) so drift in machine
+load falls on both sides; reports the median per-step time and the ratio. A
+third line times an eager step whose gradients include a None (the probe then
+diagnoses every step): the price of a finding, not of watching.
+
+    python benchmarks/probe_overhead.py [--rounds 12] [--steps 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tapecheck  # noqa: E402
+
+
+def build(spare: bool):
+    keras = tf.keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.01)
+    metric = keras.metrics.Mean()
+    extra = [tf.Variable(0.0, name="spare")] if spare else []
+    x = tf.constant(np.random.default_rng(0).normal(size=(32, 16)).astype("float32"))
+    y = tf.constant(np.random.default_rng(1).normal(size=(32, 1)).astype("float32"))
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(y - model(x, training=True)))
+        variables = model.trainable_variables + extra
+        grads = tape.gradient(loss, variables)
+        optimizer.apply_gradients(zip(grads, variables))
+        metric.update_state(loss)
+        return loss
+
+    return step
+
+
+def time_block(step, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps
+
+
+def measure(step, rounds: int, steps: int) -> tuple[float, float]:
+    for _ in range(3):
+        step()  # warm up (and trace, for tf.function) before timing anything
+    off, on = [], []
+    for r in range(rounds):
+        order = ("off", "on") if r % 2 == 0 else ("on", "off")
+        for mode in order:
+            if mode == "on":
+                with tapecheck.probe():
+                    on.append(time_block(step, steps))
+            else:
+                off.append(time_block(step, steps))
+    return statistics.median(off), statistics.median(on)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=40)
+    args = parser.parse_args()
+    import warnings
+
+    warnings.simplefilter("ignore")  # Keras warns once about the None gradient of the third case
+    cases = [
+        ("eager step", build(spare=False)),
+        ("tf.function step", tf.function(build(spare=False))),
+        ("eager step, one None gradient", build(spare=True)),
+    ]
+    print(f"tapecheck probe overhead: median of {args.rounds} interleaved blocks of {args.steps} steps "
+          f"(TensorFlow {tf.__version__}, {os.cpu_count()} CPUs)")
+    print(f"{'case':<32}{'off (ms)':>10}{'on (ms)':>10}{'ratio':>8}")
+    for name, step in cases:
+        off, on = measure(step, args.rounds, args.steps)
+        print(f"{name:<32}{off * 1e3:>10.3f}{on * 1e3:>10.3f}{on / off:>8.3f}")
+
+
+if __name__ == "__main__":
+    main()
