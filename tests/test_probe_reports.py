@@ -435,3 +435,32 @@ def test_metrics_reset_by_fit_and_evaluate_are_not_flagged():
         model.fit(data, epochs=3, verbose=0, validation_data=data)
         model.evaluate(data, verbose=0)
     assert p.findings == []
+
+
+def test_a_source_the_target_does_not_depend_on_is_not_a_mistake():
+    # A physics-informed loss: derivatives of the output with respect to the input
+    # make the last layer's bias drop out. TensorFlow returns None for it, rightly.
+    net = keras.Sequential([keras.Input((1,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(1)])
+
+    def step(points):
+        with tf.GradientTape() as tape:
+            with tf.GradientTape() as inner:
+                inner.watch(points)
+                u = net(points)
+            loss = tf.reduce_mean(tf.square(inner.gradient(u, points)))
+        return tape.gradient(loss, net.trainable_variables)
+
+    with tapecheck.probe() as p:
+        eager = step(tf.ones((3, 1)))
+        traced = tf.function(step)(tf.ones((3, 1)))
+    assert eager[-1] is None and traced[-1] is None
+    assert p.findings == []
+
+
+def test_a_tape_made_before_the_probe_started_is_left_alone(wb):
+    w, b = wb
+    with tf.GradientTape() as tape:
+        y = w * w
+    with tapecheck.probe() as p:
+        grads = tape.gradient(y, [w, b])
+    assert grads[1] is None and p.findings == []
