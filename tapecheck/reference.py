@@ -193,13 +193,16 @@ class Trainer:
 
 
 class Progress:
-    """A progress bar on a terminal; one plain line per epoch otherwise (logs, pipes, CI)."""
+    """A progress bar on a terminal; one plain line per epoch otherwise (logs, pipes, CI).
+
+    `Progress(None)` says nothing: what `train()` does unless given a stream.
+    """
 
     WIDTH = 30
 
-    def __init__(self, stream: TextIO | None = None):
-        self.stream = stream if stream is not None else sys.stdout
-        self.is_terminal = self.stream.isatty()
+    def __init__(self, stream: TextIO | None):
+        self.stream = stream
+        self.is_terminal = stream is not None and stream.isatty()
 
     def epoch_started(self, epoch: int, epochs: int, steps: int) -> None:
         self.epoch, self.epochs, self.steps, self.done = epoch, epochs, steps, 0
@@ -209,32 +212,20 @@ class Progress:
         if self.is_terminal:
             filled = self.WIDTH * self.done // max(self.steps, 1)
             bar = "#" * filled + "." * (self.WIDTH - filled)
-            self.stream.write(f"\repoch {self.epoch}/{self.epochs} [{bar}] {self.done}/{self.steps}")
-            self.stream.flush()
+            self._write(f"\repoch {self.epoch}/{self.epochs} [{bar}] {self.done}/{self.steps}")
 
     def epoch_finished(self, results: dict[str, float]) -> None:
         figures = "  ".join(f"{name} {value:.4f}" for name, value in results.items())
         prefix = "\r\033[K" if self.is_terminal else ""  # clear the bar, keep the summary
-        self.stream.write(f"{prefix}epoch {self.epoch}/{self.epochs}  {figures}\n")
-        self.stream.flush()
+        self._write(f"{prefix}epoch {self.epoch}/{self.epochs}  {figures}\n")
 
     def message(self, text: str) -> None:
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        self._write(text + "\n")
 
-
-class Silent(Progress):
-    def __init__(self):
-        self.is_terminal = False
-
-    def step_done(self) -> None:
-        pass
-
-    def epoch_finished(self, results) -> None:
-        pass
-
-    def message(self, text) -> None:
-        pass
+    def _write(self, text: str) -> None:
+        if self.stream is not None:
+            self.stream.write(text)
+            self.stream.flush()  # a pipe shows each epoch as it ends, not at exit
 
 
 @dataclass
@@ -262,7 +253,7 @@ def train(
     progress: Progress | None = None,
 ) -> RunResult:
     """Train the reference regressor; resume from `checkpoint_dir` if it holds a checkpoint."""
-    progress = progress if progress is not None else Silent()
+    progress = progress if progress is not None else Progress(None)
     keras.utils.set_random_seed(seed)  # initial weights and Dropout's seed
     dataset = data if isinstance(data, RegressionData) else load_data(data, seed=seed)
     progress.message(f"data: {dataset.note}; {len(dataset.x_train)} training, {len(dataset.x_val)} validation rows")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -175,12 +176,20 @@ def test_progress_is_one_plain_line_per_epoch_when_piped(uninterrupted):
     assert "\r" not in output and "#" not in output
 
 
+def read_all(descriptor) -> str:
+    """Everything written to the pseudo-terminal so far (it hands it over in pieces)."""
+    chunks = []
+    while select.select([descriptor], [], [], 0.5)[0]:
+        chunks.append(os.read(descriptor, 65536))
+    return b"".join(chunks).decode()
+
+
 def test_progress_is_a_bar_on_a_terminal(diabetes):
     controller, terminal = os.openpty()  # a real pseudo-terminal: isatty() is True
     try:
         with os.fdopen(terminal, "w", closefd=False) as stream:
             reference.train(epochs=1, data=diabetes, progress=reference.Progress(stream))
-        written = os.read(controller, 65536).decode()
+        written = read_all(controller)
     finally:
         os.close(controller)
         os.close(terminal)
