@@ -72,7 +72,7 @@ from tapecheck.rules._flow import callee_of, spans_of, variable_owner
 CODE = "TAP403"
 NAME = "missing-training-flag"
 SUMMARY = "a model with Dropout/BatchNormalization trained without `training=True`, or validated with it"
-PROBE = True
+PROBE = False  # no runtime twin in tapecheck.probe yet
 PROJECT = True  # reads the cross-file index of model definitions
 TRIGGERS = (b"GradientTape", b"training=True")
 

@@ -63,7 +63,7 @@ from tapecheck.rules._flow import (
 CODE = "TAP501"
 NAME = "python-side-effect-in-function"
 SUMMARY = "inside `@tf.function`: `.numpy()`, `float(t)`, `print(t)` or Python randomness run only at trace time"
-PROBE = True
+PROBE = False  # no runtime twin in tapecheck.probe yet
 TRIGGERS = (b"tf.function", b"tensorflow.function", b"import function")
 
 TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
