@@ -44,8 +44,11 @@ class _Suppressed:
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply (or show) fixes that may change what the code does.")
 @click.option("--report-unused-suppressions", is_flag=True, help="Report `# noqa: TAP...` / `# tapecheck: ignore[...]` comments that hide nothing.")
 @click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named on the command line too (for pre-commit).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write .tapecheck_cache (results of unchanged files).")
+@click.option("--jobs", "-j", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Processes to lint with; 0 (default) picks by the amount of work, 1 stays in one process.")
 def lint(paths, stdin_filename, config_file, select, ignore, output_format, statistics, exit_zero, fix, diff,
-         unsafe_fixes, report_unused_suppressions, force_exclude):
+         unsafe_fixes, report_unused_suppressions, force_exclude, no_cache, jobs):
     """Lint PATHS (files or folders; `-` reads standard input) for GradientTape pitfalls.
 
     Exit status: 0 clean, 1 findings or unreadable files, 2 usage or configuration error.
@@ -56,7 +59,7 @@ def lint(paths, stdin_filename, config_file, select, ignore, output_format, stat
         raise click.UsageError("--fix and --diff rewrite files; they do not apply to standard input")
     try:
         status = _run(paths, stdin_filename, config_file, select, ignore, output_format, statistics, fix, diff,
-                      unsafe_fixes, report_unused_suppressions, force_exclude)
+                      unsafe_fixes, report_unused_suppressions, force_exclude, no_cache, jobs)
     except ConfigError as exc:
         click.echo(f"tapecheck: error: {exc}", err=True)
         sys.exit(2)
@@ -64,7 +67,7 @@ def lint(paths, stdin_filename, config_file, select, ignore, output_format, stat
 
 
 def _run(paths, stdin_filename, config_file, select, ignore, output_format, statistics, fix, diff,
-         unsafe_fixes, report_unused_suppressions, force_exclude) -> int:
+         unsafe_fixes, report_unused_suppressions, force_exclude, no_cache=False, jobs=0) -> int:
     from tapecheck.findings import FileError
     from tapecheck.lint import fixes as fixing
     from tapecheck.lint.config import Overrides, Settings
@@ -88,7 +91,7 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
     files, missing = discover([p for p in paths if p != "-"], settings.excluded, force_exclude)
     report.errors.extend(missing)
     if files:
-        report.extend(lint_paths(files))
+        report.extend(lint_paths(files, jobs=jobs or None, cache=not no_cache))
 
     findings = [f for f in report.findings if settings.enabled(f.code, f.path)]
     linted = list(sources) + files

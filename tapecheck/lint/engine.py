@@ -110,13 +110,14 @@ def lint_source(source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule
 
 def lint_python(source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule] = RULES) -> list[Finding]:
     """Findings for Python source, sorted by position. Raises LintError on bad input."""
-    from tapecheck.lint.extract import extract
-    from tapecheck.lint.project import current as current_project
-
     if isinstance(source, str):
         source = source.encode("utf-8")
     if not may_fire(source, rules):
         return []
+    # Imported only past the screen: a run on files no rule can fire on never loads libcst.
+    from tapecheck.lint.extract import extract
+    from tapecheck.lint.project import current as current_project
+
     module = parse(source)
     try:
         facts = extract(module, path)
@@ -175,15 +176,17 @@ def _project(files: Sequence[str], rules: Sequence[Rule]):
     return using(ProjectIndex.build(files))
 
 
-def lint_paths(paths: Iterable[str], rules: Sequence[Rule] = RULES) -> Report:
+def lint_paths(paths: Iterable[str], rules: Sequence[Rule] = RULES, *, jobs: int | None = None, cache=None) -> Report:
+    """Lint files and folders. `jobs`: processes (None: chosen by the amount of work, 1: this
+    process only); `cache`: True for `.tapecheck_cache`, or a `cache.Cache` (see parallel.py)."""
     from tapecheck.lint.files import discover
+    from tapecheck.lint.parallel import lint_files
 
     report = Report()
     files, errors = discover(paths)
     report.errors.extend(errors)
     with _project(files, rules):
-        for path in files:
-            report.extend(lint_file(path, rules))
+        report.extend(lint_files(files, rules, jobs=jobs, cache=cache))
     report.findings.sort()
     report.errors.sort()
     return report

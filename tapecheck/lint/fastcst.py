@@ -25,6 +25,7 @@ import re
 import typing
 from bisect import bisect_right
 from itertools import accumulate, compress
+from operator import not_
 from typing import NamedTuple
 
 import libcst as cst
@@ -101,14 +102,19 @@ class Positions:
             # would count twice there. Rare (old Windows files): use libcst itself.
             self._use_libcst(module)
             return
-        self._offsets = list(accumulate(lengths, initial=0))
         self._line_starts = [m.end() for m in NEWLINE_RE.finditer(text)]
-        ids = list(map(id, items))
+        # Keep only the marks (nodes and syntactic blocks; `not length` is true for
+        # them) with the offset before each: all in C, no Python frame per item.
+        is_mark = list(map(not_, lengths))
+        self._offsets = list(compress(accumulate(lengths, initial=0), is_mark))
+        ids = list(map(id, compress(items, is_mark)))
         count = len(ids)
+        # First and last appearance of each mark: before and after its code.
         self._first = dict(zip(reversed(ids), range(count - 1, -1, -1)))
         self._last = dict(zip(ids, range(count)))
+        # Ids stay unique while the nodes live (the caller holds the module) and the
+        # syntactic marks live (held here).
         self._syntactic = state.syntactic
-        self._items = items  # keeps every id above alive and unique
 
     def _use_libcst(self, module: cst.Module) -> None:
         from libcst.metadata import MetadataWrapper, PositionProvider

@@ -1,0 +1,157 @@
+"""A content-addressed cache of per-file lint results (like ruff's `.ruff_cache`).
+
+An entry's key is a hash of everything that decides a file's results: the
+file's bytes and path (findings carry the path; `.ipynb` is read differently),
+tapecheck's version and a fingerprint of its own modules (so an edited rule in
+a development install never serves stale results), libcst's version, the
+Python version, and the codes of the rules that ran. Entries live in
+`.tapecheck_cache/` next to the nearest `pyproject.toml` above the working
+folder, else in the working folder.
+
+Safe when several runs share it: each entry is written to a temporary file and
+renamed into place (atomic on POSIX and Windows), and an entry that cannot be
+read, does not parse, or was written for another key is ignored (and
+rewritten). Nothing here imports libcst.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+
+from tapecheck import __version__
+from tapecheck.findings import FileError, Finding
+
+CACHE_DIR_NAME = ".tapecheck_cache"
+FORMAT = "1"  # bump when the entry layout changes
+
+
+def cache_root(start: str | None = None) -> str:
+    """`.tapecheck_cache` beside the nearest pyproject.toml above `start` (default: cwd), else in it."""
+    start = os.path.abspath(start or os.getcwd())
+    current = start
+    while True:
+        if os.path.isfile(os.path.join(current, "pyproject.toml")):
+            return os.path.join(current, CACHE_DIR_NAME)
+        parent = os.path.dirname(current)
+        if parent == current:
+            return os.path.join(start, CACHE_DIR_NAME)
+        current = parent
+
+
+def _code_fingerprint() -> str:
+    """Sizes and modification times of tapecheck's own modules and of libcst's version file."""
+    import tapecheck
+
+    parts = [__version__, sys.version, FORMAT]
+    package = os.path.dirname(os.path.abspath(tapecheck.__file__))
+    for folder, dirs, files in os.walk(package):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                stat = os.stat(os.path.join(folder, name))
+                parts.append(f"{os.path.relpath(os.path.join(folder, name), package)}:{stat.st_size}:{stat.st_mtime_ns}")
+    try:
+        from importlib.util import find_spec
+
+        spec = find_spec("libcst")
+        if spec is not None and spec.origin:
+            version_file = os.path.join(os.path.dirname(spec.origin), "_version.py")
+            with open(version_file, "rb") as handle:
+                parts.append(handle.read().decode("utf-8", "replace"))
+    except (ImportError, OSError, ValueError):
+        parts.append("libcst:unknown")
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
+
+
+class Cache:
+    """Per-file results keyed by content; `get` and `put` never raise on a bad cache."""
+
+    def __init__(self, root: str | None = None, rule_codes: Sequence[str] = (), context: str = ""):
+        self.root = os.path.join(root or cache_root(), f"v{FORMAT}")
+        # `context`: anything else that changes results (e.g. a cross-file index).
+        self._salt = "\0".join((_code_fingerprint(), ",".join(sorted(rule_codes)), context)).encode()
+        self.hits = self.misses = 0
+
+    def key(self, path: str, source: bytes) -> str:
+        digest = hashlib.blake2b(self._salt, digest_size=20)
+        digest.update(b"\0" + path.encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(source)
+        return digest.hexdigest()
+
+    def _file(self, key: str) -> str:
+        return os.path.join(self.root, key[:2], key[2:])
+
+    def get(self, key: str, path: str) -> tuple[list[Finding], list[FileError]] | None:
+        try:
+            with open(self._file(key), "rb") as handle:
+                entry = json.loads(handle.read())
+            if entry.get("key") != key:
+                raise ValueError("foreign entry")
+            findings = [Finding(path, **fields) for fields in entry["findings"]]
+            errors = [FileError(path, message) for message in entry["errors"]]
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return findings, errors
+
+    def put(self, key: str, path: str, findings: Sequence[Finding], errors: Sequence[FileError]) -> None:
+        try:
+            entry = {
+                "key": key,
+                "findings": [_finding_fields(f) for f in findings if f.path == path],
+                "errors": [e.message for e in errors if e.path == path],
+            }
+            if len(entry["findings"]) != len(findings) or len(entry["errors"]) != len(errors):
+                return  # results about other files: not this file's to cache
+            data = json.dumps(entry, separators=(",", ":")).encode()
+            folder = os.path.dirname(self._file(key))
+            os.makedirs(folder, exist_ok=True)
+            self._tag(os.path.dirname(self.root))
+            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+            try:
+                with os.fdopen(handle, "wb") as out:
+                    out.write(data)
+                os.replace(temporary, self._file(key))
+            except BaseException:
+                try:
+                    os.unlink(temporary)
+                except OSError:
+                    pass
+                raise
+        except (OSError, TypeError, ValueError):
+            pass  # a read-only or full disk, or results JSON cannot hold: run uncached
+
+    _tagged = False
+
+    def _tag(self, folder: str) -> None:
+        """Mark the folder as a cache: ignored by git and by backup tools."""
+        if self._tagged:
+            return
+        self._tagged = True
+        for name, text in (
+            (".gitignore", "# Automatically created by tapecheck.\n*\n"),
+            ("CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n# tapecheck's cache\n"),
+        ):
+            target = os.path.join(folder, name)
+            if not os.path.exists(target):
+                try:
+                    with open(target, "x") as out:
+                        out.write(text)
+                except OSError:
+                    pass
+
+
+def _finding_fields(finding: Finding) -> dict:
+    if finding.fix is not None:
+        raise TypeError("findings with fixes are not cached")
+    return {
+        "line": finding.line, "col": finding.col, "code": finding.code, "message": finding.message,
+        "hint": finding.hint, "origin": finding.origin, "count": finding.count, "cell": finding.cell,
+        "details": finding.details,
+    }

@@ -1,0 +1,177 @@
+"""Lint many files: screen in this process, serve cached results, spread the parsing over processes.
+
+The parent reads each file once and applies the byte screen; a file no rule can
+fire on is finished there (it is never parsed, so it is never cached or sent
+anywhere). A file that passes is looked up in the cache, and the misses are
+linted here (small runs) or by worker processes (large runs). Each file's
+result is the same object `lint_file` would give, and results come back in the
+order of `paths`, so a run with any number of processes equals a single-process
+run.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+from tapecheck.findings import FileError
+from tapecheck.lint.engine import LintError, Report, lint_source, may_fire, read_source
+from tapecheck.rules import RULES_BY_CODE, Rule
+
+# Below this much work a pool costs more than it saves (start-up ~0.1 s per worker).
+MIN_PARALLEL_FILES = 8
+MIN_PARALLEL_BYTES = 512 * 1024
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _needs_parse(path: str, source: bytes, rules: Sequence[Rule]) -> bool:
+    # Notebooks are JSON: their code is screened cell by cell after decoding.
+    return path.endswith(".ipynb") or may_fire(source, rules)
+
+
+def _lint_one(path: str, source: bytes, rules: Sequence[Rule]) -> Report:
+    report = Report(files_checked=1)
+    try:
+        report.findings = lint_source(source, path, rules)
+    except LintError as exc:
+        report.errors.append(FileError(path, str(exc)))
+    return report
+
+
+@contextmanager
+def _fewer_collections():
+    """Run the cyclic GC far less often: libcst allocates millions of acyclic objects
+    that refcounting frees; scanning them repeatedly cost ~15% of the parse here."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], 100_000), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
+def _project_context() -> str:
+    """What the cross-file index (if this run has one) contributes to every file's results."""
+    try:
+        from tapecheck.lint.project import current
+    except ImportError:
+        return ""
+    index = current()
+    if index is None:
+        return ""
+    return repr(sorted((name, sorted(modules)) for name, modules in getattr(index, "by_name", {}).items()))
+
+
+def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = None, cache=None) -> Report:
+    """`lint_file` for every path, merged in order. `jobs`: None picks, 1 is one process.
+
+    `cache`: a `tapecheck.lint.cache.Cache`, True for the default one, None/False for none.
+    """
+    if cache is True:
+        from tapecheck.lint.cache import Cache
+
+        cache = Cache(rule_codes=[rule.code for rule in rules], context=_project_context())
+    results: list[Report | None] = [None] * len(paths)
+    pending: list[tuple[int, str, bytes, str | None]] = []  # index, path, source, cache key
+    pending_bytes = 0
+    for index, path in enumerate(paths):
+        try:
+            source = read_source(path)
+        except LintError as exc:
+            results[index] = Report(errors=[FileError(path, str(exc))], files_checked=1)
+            continue
+        if not _needs_parse(path, source, rules):
+            results[index] = _lint_one(path, source, rules)  # cheap: screened out in lint_python
+            continue
+        key = None
+        if cache:
+            key = cache.key(path, source)
+            hit = cache.get(key, path)
+            if hit is not None:
+                results[index] = Report(findings=hit[0], errors=hit[1], files_checked=1)
+                continue
+        pending.append((index, path, source, key))
+        pending_bytes += len(source)
+
+    workers = _choose_jobs(jobs, len(pending), pending_bytes, rules)
+    with _fewer_collections():
+        if workers <= 1:
+            done = [_lint_one(path, source, rules) for _, path, source, _ in pending]
+        else:
+            done = _in_processes(pending, rules, workers)
+    for (index, path, _, key), report in zip(pending, done):
+        results[index] = report
+        if cache and key is not None:
+            cache.put(key, path, report.findings, report.errors)
+
+    merged = Report()
+    for report in results:
+        merged.extend(report)
+    return merged
+
+
+def _choose_jobs(jobs: int | None, files: int, size: int, rules: Sequence[Rule]) -> int:
+    if any(RULES_BY_CODE.get(rule.code) is not rule for rule in rules):
+        return 1  # rules outside the catalog cannot be named to another process
+    if jobs is not None and jobs > 0:
+        return min(jobs, max(files, 1))
+    if files < MIN_PARALLEL_FILES or size < MIN_PARALLEL_BYTES:
+        return 1
+    return max(1, min(available_cpus(), files // 4))
+
+
+# -- worker processes ---------------------------------------------------------------
+
+def _init_worker(project_index) -> None:
+    if project_index is not None:
+        from tapecheck.lint import project
+
+        project._current.set(project_index)
+    gc.freeze()  # what the imports made: never scanned again
+    gc.set_threshold(100_000, *gc.get_threshold()[1:])
+
+
+def _work(path: str, source: bytes, codes: tuple[str, ...]) -> Report:
+    return _lint_one(path, source, [RULES_BY_CODE[code] for code in codes])
+
+
+def _context():
+    import multiprocessing
+    import threading
+
+    methods = multiprocessing.get_all_start_methods()
+    # fork shares the parent's imports (libcst, the rules) for free; only safe without threads.
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+def _in_processes(pending, rules: Sequence[Rule], workers: int) -> list[Report]:
+    from concurrent.futures import ProcessPoolExecutor
+
+    import tapecheck.lint.extract  # noqa: F401  (imported once here, inherited by forked workers)
+
+    try:
+        from tapecheck.lint.project import current
+
+        project_index = current()
+    except ImportError:
+        project_index = None
+    codes = tuple(rule.code for rule in rules)
+    # Largest files first, so no worker is left with a big one at the end.
+    order = sorted(range(len(pending)), key=lambda i: -len(pending[i][2]))
+    done: list[Report | None] = [None] * len(pending)
+    with ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init_worker,
+                             initargs=(project_index,)) as pool:
+        futures = {i: pool.submit(_work, pending[i][1], pending[i][2], codes) for i in order}
+        for i, future in futures.items():
+            done[i] = future.result()
+    return done
