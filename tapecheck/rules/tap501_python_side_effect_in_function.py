@@ -64,7 +64,7 @@ CODE = "TAP501"
 NAME = "python-side-effect-in-function"
 SUMMARY = "inside `@tf.function`: `.numpy()`, `float(t)`, `print(t)` or Python randomness run only at trace time"
 PROBE = False  # no runtime twin in tapecheck.probe yet
-TRIGGERS = (b"tf.function", b"tensorflow.function", b"import function")
+TRIGGERS = (b"@tf.function", b"tf.function(")  # the decorator, with arguments, or a wrapping call
 
 TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
 # Their function arguments run eagerly, on real values: anything goes there.
