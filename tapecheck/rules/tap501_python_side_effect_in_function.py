@@ -103,6 +103,16 @@ def augment(image):
     out = tf.numpy_function(lambda img: img.numpy() if hasattr(img, "numpy") else img, [image], tf.float32)
     return tf.numpy_function(jitter, [out], tf.float32)
 """,
+    # debugging with every tf.function run eagerly
+    """
+import tensorflow as tf
+tf.config.run_functions_eagerly(True)
+@tf.function
+def train_step(model, x):
+    y = model(x)
+    print("output", y.numpy())
+    return y
+""",
     # the same code without tf.function runs eagerly: fine
     """
 import numpy as np
@@ -218,9 +228,19 @@ def _finding(facts, spans, call, names) -> tuple[str, str] | None:
     return None
 
 
+def _runs_eagerly(facts) -> bool:
+    """`tf.config.run_functions_eagerly(True)` in the file: its functions run as plain Python."""
+    return any(
+        callee_of(facts, call) == "tensorflow.config.run_functions_eagerly"
+        and call.arg(0, "run_eagerly") is not None
+        and call.arg(0, "run_eagerly").value is True
+        for call in facts.calls
+    )
+
+
 def check(facts):
     functions = _graph_functions(facts)
-    if not functions:
+    if not functions or _runs_eagerly(facts):
         return
     spans = spans_of(facts)
     islands = [call_span(c) for c in facts.calls if callee_of(facts, c) in EAGER_ISLANDS]
