@@ -1,0 +1,327 @@
+"""The design choices that make `tapecheck lint` fast, each proven not to change results.
+
+- the byte screen never drops a file a rule fires on;
+- the cheap positions and copy-free walk (fastcst.py) give libcst's exact positions and
+  the exact facts of the original `MetadataWrapper` + `PositionProvider` + `node.visit`;
+- libcst and TensorFlow are not imported when nothing needs parsing;
+- worker processes give the single-process results, in the same order;
+- the cache serves identical results, keys on what changes them, survives corrupt,
+  foreign and concurrent entries.
+
+Speed itself is measured by benchmarks/lint_speed.py, never asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from tapecheck.lint import parallel
+from tapecheck.lint.cache import Cache, cache_root
+from tapecheck.lint.engine import LintError, lint_paths, lint_python, parse
+from tapecheck.lint.extract import FactsBuilder, extract
+from tapecheck.lint.fastcst import FastVisitor, Positions
+from tapecheck.rules import RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+# Corners of positions: parentheses, decorators, semicolons, comments, CRLF, no final
+# newline, an empty module, f-strings, match, lambdas, walrus, star-args, async.
+TRICKY = {
+    "parens.py": "x = ((a) + (b))\ny = (f)(  (g)(1)  )\nz = ( ( tf.GradientTape() ) )\n",
+    "decorated.py": "@a.b\n@c(d)\n\n# comment\nasync def f(x, *a, y=1, **k) -> int:\n    await g(x); return (yield)\n",
+    "semicolons.py": "import tensorflow as tf; t = tf.GradientTape(); u = 1\nif t: a = 1; b = 2\n",
+    "crlf.py": "import tensorflow as tf\r\nwith tf.GradientTape() as tape:\r\n    y = x * x\r\ng = tape.gradient(y, x)\r\n",
+    "cr_split.py": "x = '''a\r\nb'''\r\n# c\r\n",
+    "no_newline.py": "import tensorflow as tf\nwith tf.GradientTape() as t:\n    y = f(x)",
+    "empty.py": "",
+    "only_comments.py": "# GradientTape\n\n# metrics\n",
+    "fstrings.py": "m = metrics.Mean()\nprint(f\"{m.result():.3f} {x!r} {y=}\", f'{{}}')\n",
+    "match.py": "match cmd:\n    case [x, *rest] if x > 0:\n        tape = tf.GradientTape()\n    case {'k': v, **kw}:\n        pass\n    case _:\n        pass\n",
+    "lambda_walrus.py": "f = lambda a, /, b=(1), *c, d, **e: (n := a + b)\nxs = [y for y in range(3) if (z := y)]\n",
+    "classes.py": "class M(keras.Model):\n    '''Doc.'''\n    def train_step(self, data):\n        with tf.GradientTape() as tape:\n            loss = self.compiled_loss(data)\n        return {m.name: m.result() for m in self.metrics}\n",
+    "try_with.py": "try:\n    with a as (b, c), d:\n        pass\nexcept* E as e:\n    raise\nelse:\n    del x[0], y\nfinally:\n    global q\n",
+}
+
+
+def _fixture_sources():
+    for path in sorted((ROOT / "fixtures").rglob("*.py")):
+        yield str(path.relative_to(ROOT)), path.read_bytes()
+
+
+def _rule_sources():
+    for rule in RULES:
+        for kind in ("valid", "invalid"):
+            for index, source in enumerate(getattr(rule, kind)):
+                yield f"{rule.code}-{kind}-{index}.py", source.encode()
+        for index, block in enumerate(CODE_BLOCK.findall(rule.doc)):
+            yield f"{rule.code}-doc-{index}.py", block.encode()
+
+
+SOURCES = list(_fixture_sources()) + list(_rule_sources()) + [(k, v.encode()) for k, v in TRICKY.items()]
+
+
+def test_the_corpus_is_real():
+    assert len(list(_fixture_sources())) >= 20 and len(list(_rule_sources())) >= 3 * len(RULES)
+
+
+# -- the screen ---------------------------------------------------------------------
+
+def _outcome(source: bytes, path: str, rules, screen: bool):
+    try:
+        return lint_python(source, path, rules, screen=screen)
+    except LintError as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize("path,source", SOURCES, ids=[p for p, _ in SOURCES])
+def test_the_screen_drops_no_finding(path, source):
+    """All rules together and each rule alone: screened results equal a full parse's."""
+    for rules in [RULES, *[(rule,) for rule in RULES]]:
+        assert _outcome(source, path, rules, True) == _outcome(source, path, rules, False), [r.code for r in rules]
+
+
+def test_the_screen_skips_files_without_triggers():
+    # Without the screen this file is parsed, and its syntax error reported.
+    source = b"def broken(:\n    pass\n"
+    assert lint_python(source, "x.py") == []
+    with pytest.raises(LintError):
+        lint_python(source, "x.py", screen=False)
+
+
+# -- positions and facts --------------------------------------------------------------
+
+def _parsed():
+    for path, source in SOURCES:
+        try:
+            yield path, parse(source)
+        except LintError:
+            continue
+
+
+PARSED = list(_parsed())
+
+
+class ReferenceBuilder(FactsBuilder):
+    """FactsBuilder as it was: libcst's PositionProvider and libcst's own traversal."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def _pos(self, node):
+        return self.get_metadata(PositionProvider, node)
+
+    def _walk(self, node):
+        node.visit(self)
+
+
+@pytest.mark.parametrize("path,module", PARSED, ids=[p for p, _ in PARSED])
+def test_positions_are_libcst_positions_for_every_node(path, module):
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = Positions(module)
+    assert len(expected) > 0
+    for node, want in expected.items():
+        got = positions[node]
+        assert (got.start.line, got.start.column, got.end.line, got.end.column) == (
+            want.start.line, want.start.column, want.end.line, want.end.column,
+        ), (path, type(node).__name__)
+        assert positions.start(node) == got.start
+
+
+@pytest.mark.parametrize("path,module", PARSED, ids=[p for p, _ in PARSED])
+def test_facts_equal_the_libcst_traversal(path, module):
+    reference = ReferenceBuilder(path)
+    MetadataWrapper(module, unsafe_skip_copy=True).visit(reference)
+    facts = extract(module, path)
+    assert facts == reference.facts
+    assert facts.blocks  # a module block at least: the comparison compared something
+
+
+def test_the_walk_follows_libcst_order_and_prunes_only_trivia():
+    module = cst.parse_module("y = (a if b else c)  # note\nf(x, *r, k=v)[i:j]\n")
+
+    class Names(FastVisitor):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def visit_Name(self, node):
+            self.seen.append(node.value)
+
+        def visit_Comment(self, node):  # a trivia handler turns pruning off for this class
+            self.seen.append(node.value)
+
+    class NamesOnly(FastVisitor):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def visit_Name(self, node):
+            self.seen.append(node.value)
+
+    fast, slow = Names(), Names()
+    fast._walk(module)
+    module.visit(slow)
+    names = ["y", "a", "b", "c", "f", "x", "r", "k", "v", "i", "j"]
+    assert fast.seen == slow.seen == names[:4] + ["# note"] + names[4:]
+    pruned = NamesOnly()
+    pruned._walk(module)
+    assert pruned.seen == names and NamesOnly._prune and not Names._prune
+
+
+# -- lazy imports --------------------------------------------------------------------
+
+def _modules_after(args: list[str], cwd: Path) -> set[str]:
+    code = (
+        "import sys\n"
+        "from tapecheck.cli import main\n"
+        f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+        "print('MODULES', ' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+    line = [x for x in out.stdout.splitlines() if x.startswith("MODULES")]
+    assert line, out.stderr
+    return set(line[0].split()[1:])
+
+
+def test_version_and_clean_runs_import_neither_libcst_nor_tensorflow(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (tmp_path / "plain.py").write_text("import os\nprint(os.getcwd())\n")
+    (tmp_path / "broken.py").write_text("def f(:\n")  # never parsed: no trigger
+    assert not {"libcst", "tensorflow", "keras"} & _modules_after(["--version"], tmp_path)
+    for flags in ([], ["--no-cache"], ["-j", "2"]):
+        loaded = _modules_after(["lint", *flags, str(tmp_path)], tmp_path)
+        assert "click" in loaded and not {"libcst", "tensorflow", "keras"} & loaded, flags
+    # the same check fails as soon as a file needs parsing
+    (tmp_path / "train.py").write_text("import tensorflow as tf\ntape = tf.GradientTape()\n")
+    loaded = _modules_after(["lint", "--no-cache", str(tmp_path)], tmp_path)
+    assert "libcst" in loaded and "tensorflow" not in loaded
+
+
+# -- processes ---------------------------------------------------------------------
+
+@pytest.fixture
+def tree(tmp_path):
+    """The fixtures, plus files that cannot be linted and files no rule fires on."""
+    root = tmp_path / "tree"
+    shutil.copytree(ROOT / "fixtures", root)
+    (root / "syntax_error.py").write_text("import tensorflow as tf\ntape = tf.GradientTape(\n")
+    (root / "binary.py").write_bytes(b"GradientTape\0\x01\x02")
+    (root / "latin1.py").write_bytes(b"metrics = 1\nname = '\xe9'\n")
+    for index in range(12):
+        (root / f"plain_{index}.py").write_text(f"x = {index}\n")
+    return root
+
+
+def test_processes_give_the_single_process_results_in_order(tree):
+    one = lint_paths([str(tree)], jobs=1)
+    two = lint_paths([str(tree)], jobs=2)
+    assert one.findings and len(one.errors) == 3
+    assert (two.findings, two.errors, two.files_checked) == (one.findings, one.errors, one.files_checked)
+    # and equal, file by file, to the plain per-file path
+    pieces = parallel.lint_files(sorted(str(p) for p in tree.rglob("*.py")), RULES, jobs=3)
+    assert sorted(pieces.findings) == one.findings and sorted(pieces.errors) == one.errors
+
+
+def test_small_runs_stay_in_one_process():
+    assert parallel._choose_jobs(None, 3, 10_000, RULES) == 1
+    assert parallel._choose_jobs(None, 400, 10_000_000, RULES) == max(1, min(parallel.available_cpus(), 100))
+    assert parallel._choose_jobs(1, 400, 10_000_000, RULES) == 1
+    assert parallel._choose_jobs(4, 2, 10_000, RULES) == 2  # never more workers than files
+
+
+# -- the cache ---------------------------------------------------------------------
+
+def _entries(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and p.parent.parent.name.startswith("v")]
+
+
+def test_a_warm_run_serves_identical_results_from_the_cache(tree, tmp_path):
+    cold_cache = Cache(root=str(tmp_path / "cache"), rule_codes=[r.code for r in RULES])
+    cold = lint_paths([str(tree)], jobs=1, cache=cold_cache)
+    uncached = lint_paths([str(tree)], jobs=1)
+    warm_cache = Cache(root=str(tmp_path / "cache"), rule_codes=[r.code for r in RULES])
+    warm = lint_paths([str(tree)], jobs=1, cache=warm_cache)
+    assert (warm.findings, warm.errors, warm.files_checked) == (cold.findings, cold.errors, cold.files_checked)
+    assert (cold.findings, cold.errors) == (uncached.findings, uncached.errors)
+    assert cold_cache.hits == 0 and warm_cache.misses == 0
+    assert warm_cache.hits == cold_cache.misses == len(_entries(tmp_path / "cache")) > 20
+    assert not list((tmp_path / "cache").rglob(".tmp-*"))  # atomic writes leave nothing behind
+
+
+def test_the_key_covers_content_path_rules_and_context(tmp_path):
+    base = Cache(root=str(tmp_path), rule_codes=["TAP101", "TAP201"])
+    key = base.key("a.py", b"x = 1\n")
+    assert key == Cache(root=str(tmp_path), rule_codes=["TAP201", "TAP101"]).key("a.py", b"x = 1\n")
+    assert key != base.key("a.py", b"x = 2\n")
+    assert key != base.key("b.py", b"x = 1\n")
+    assert key != base.key("a.ipynb", b"x = 1\n")
+    assert key != Cache(root=str(tmp_path), rule_codes=["TAP101"]).key("a.py", b"x = 1\n")
+    assert key != Cache(root=str(tmp_path), rule_codes=["TAP101", "TAP201"], context="index").key("a.py", b"x = 1\n")
+
+
+def test_corrupt_and_foreign_entries_are_ignored_and_rewritten(tree, tmp_path):
+    codes = [r.code for r in RULES]
+    first = Cache(root=str(tmp_path / "cache"), rule_codes=codes)
+    expected = lint_paths([str(tree)], jobs=1, cache=first)
+    entries = sorted(_entries(tmp_path / "cache"))
+    donor = json.loads(entries[0].read_bytes())
+    entries[1].write_bytes(b"\x00garbage{")  # corrupt
+    entries[2].write_text(json.dumps(donor))  # another file's entry under this key
+    entries[3].write_text(json.dumps({"key": entries[3].parent.name + entries[3].name, "findings": [{"bogus": 1}]}))
+    again = Cache(root=str(tmp_path / "cache"), rule_codes=codes)
+    result = lint_paths([str(tree)], jobs=1, cache=again)
+    assert (result.findings, result.errors) == (expected.findings, expected.errors)
+    assert again.misses == 3
+    for entry in entries[1:4]:  # rewritten, valid, for their own key
+        assert json.loads(entry.read_bytes())["key"] == entry.parent.name + entry.name
+
+
+def test_two_runs_sharing_one_cache(tree, tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    command = [sys.executable, "-m", "tapecheck", "lint", "--exit-zero", "-j", "1", str(tree)]
+    runs = [subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(3)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    reference = subprocess.run([*command[:4], "--no-cache", *command[4:]], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300).stdout
+    assert all(out == reference and not err for out, err in outputs), outputs[0][1]
+    assert "finding" in reference
+    cache = tmp_path / ".tapecheck_cache"
+    assert (cache / "CACHEDIR.TAG").exists() and (cache / ".gitignore").read_text().strip().endswith("*")
+    assert not list(cache.rglob(".tmp-*"))
+    for entry in _entries(cache):
+        assert json.loads(entry.read_bytes())["key"] == entry.parent.name + entry.name
+    warm = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout
+    assert warm == reference
+
+
+def test_no_cache_writes_nothing_and_the_folder_follows_pyproject(tree, tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (tmp_path / "sub").mkdir()
+    assert cache_root(str(tmp_path / "sub")) == str(tmp_path / ".tapecheck_cache")
+    lone = tmp_path / "sub" / "lone"
+    lone.mkdir()
+    assert cache_root(str(lone)).endswith(".tapecheck_cache")
+    subprocess.run([sys.executable, "-m", "tapecheck", "lint", "--no-cache", str(tree)], cwd=tmp_path / "sub",
+                   capture_output=True, timeout=300)
+    assert not (tmp_path / ".tapecheck_cache").exists()
+    subprocess.run([sys.executable, "-m", "tapecheck", "lint", str(tree)], cwd=tmp_path / "sub",
+                   capture_output=True, timeout=300)
+    assert _entries(tmp_path / ".tapecheck_cache")
+    assert not (tmp_path / "sub" / ".tapecheck_cache").exists()
+
+
+def test_library_calls_do_not_cache_unless_asked(tree, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    lint_paths([str(tree)], jobs=1)
+    assert not os.path.exists(tmp_path / ".tapecheck_cache")
