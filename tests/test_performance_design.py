@@ -33,7 +33,7 @@ from tapecheck.lint.fastcst import FastVisitor, Positions
 from tapecheck.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 # Corners of positions: parentheses, decorators, semicolons, comments, CRLF, no final
 # newline, an empty module, f-strings, match, lambdas, walrus, star-args, async.
@@ -187,7 +187,7 @@ def _modules_after(args: list[str], cwd: Path) -> set[str]:
         f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
         "print('MODULES', ' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], check=False, cwd=cwd, capture_output=True, text=True, timeout=120)
     line = [x for x in out.stdout.splitlines() if x.startswith("MODULES")]
     assert line, out.stderr
     return set(line[0].split()[1:])
@@ -292,7 +292,7 @@ def test_two_runs_sharing_one_cache(tree, tmp_path):
     runs = [subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(3)]
     outputs = [run.communicate(timeout=300) for run in runs]
-    reference = subprocess.run([*command[:4], "--no-cache", *command[4:]], cwd=tmp_path,
+    reference = subprocess.run([*command[:4], "--no-cache", *command[4:]], check=False, cwd=tmp_path,
                                capture_output=True, text=True, timeout=300).stdout
     assert all(out == reference and not err for out, err in outputs), outputs[0][1]
     assert "finding" in reference
@@ -301,7 +301,7 @@ def test_two_runs_sharing_one_cache(tree, tmp_path):
     assert not list(cache.rglob(".tmp-*"))
     for entry in _entries(cache):
         assert json.loads(entry.read_bytes())["key"] == entry.parent.name + entry.name
-    warm = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout
+    warm = subprocess.run(command, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout
     assert warm == reference
 
 
@@ -312,10 +312,10 @@ def test_no_cache_writes_nothing_and_the_folder_follows_pyproject(tree, tmp_path
     lone = tmp_path / "sub" / "lone"
     lone.mkdir()
     assert cache_root(str(lone)).endswith(".tapecheck_cache")
-    subprocess.run([sys.executable, "-m", "tapecheck", "lint", "--no-cache", str(tree)], cwd=tmp_path / "sub",
+    subprocess.run([sys.executable, "-m", "tapecheck", "lint", "--no-cache", str(tree)], check=False, cwd=tmp_path / "sub",
                    capture_output=True, timeout=300)
     assert not (tmp_path / ".tapecheck_cache").exists()
-    subprocess.run([sys.executable, "-m", "tapecheck", "lint", str(tree)], cwd=tmp_path / "sub",
+    subprocess.run([sys.executable, "-m", "tapecheck", "lint", str(tree)], check=False, cwd=tmp_path / "sub",
                    capture_output=True, timeout=300)
     assert _entries(tmp_path / ".tapecheck_cache")
     assert not (tmp_path / "sub" / ".tapecheck_cache").exists()
