@@ -1,6 +1,7 @@
-"""`tapecheck probe` and the pytest plugin, run the way users run them (subprocesses).
+"""`tapecheck probe` and the pytest plugin.
 
-Kept to a few tiny programs: each run pays one TensorFlow import.
+Most runs are in this process (click's runner, pytester), sharing one
+TensorFlow import; one crash run goes through a real subprocess, end to end.
 """
 
 from __future__ import annotations
@@ -50,30 +51,47 @@ def run(args, cwd, **kwargs):
     return subprocess.run(TAPECHECK + args, capture_output=True, text=True, cwd=cwd, env=ENV, timeout=240, **kwargs)
 
 
-def test_script_with_its_own_arguments_text_report_and_exit_status(tmp_path):
+def invoke(args, cwd, monkeypatch):
+    """`tapecheck ...` in this process (TensorFlow is imported once for the module)."""
+    from click.testing import CliRunner
+
+    from tapecheck.cli import main
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+def test_script_with_its_own_arguments_text_report_and_exit_status(tmp_path, monkeypatch):
     (tmp_path / "train.py").write_text(BUGGY)
-    done = run(["probe", "--fail-on-findings", "train.py", "--epochs", "-m", "x", "--exit", "3"], tmp_path)
-    assert done.returncode == 3, done.stderr  # the program's own failure status wins
-    assert "argv ['--epochs', '-m', 'x', '--exit', '3']" in done.stdout  # the program keeps stdout and argv
-    assert "train.py:10:" in done.stderr and "TAP102" in done.stderr and "(3 times)" in done.stderr
-    assert "tapecheck probe: 1 finding." in done.stderr
+    argv = list(sys.argv)
+    result = invoke(["probe", "--fail-on-findings", "train.py", "--epochs", "-m", "x", "--exit", "3"],
+                    tmp_path, monkeypatch)
+    assert result.exit_code == 3, result.output  # the program's own failure status wins
+    assert "argv ['--epochs', '-m', 'x', '--exit', '3']" in result.stdout  # its stdout and argv
+    assert "train.py:10:" in result.stderr and "TAP102" in result.stderr and "(3 times)" in result.stderr
+    assert "tapecheck probe: 1 finding." in result.stderr
+    assert sys.argv == argv
 
 
-def test_module_json_output_file_and_fail_on_findings(tmp_path):
-    package = tmp_path / "pkg"
+def test_module_json_output_file_and_fail_on_findings(tmp_path, monkeypatch):
+    package = tmp_path / "probe_cli_pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "train.py").write_text(BUGGY)
     report = tmp_path / "report.json"
-    done = run(["probe", "--format", "json", "--output", str(report), "--fail-on-findings",
-                "-m", "pkg.train", "--exit", "0"], tmp_path)
-    assert done.returncode == 1, done.stderr  # the program exited 0; findings make it 1
+    result = invoke(["probe", "--format", "json", "--output", str(report), "--fail-on-findings",
+                     "-m", "probe_cli_pkg.train", "--exit", "0"], tmp_path, monkeypatch)
+    assert result.exit_code == 1, result.output  # the program exited 0; findings make it 1
     data = json.loads(report.read_text())
     [finding] = data["findings"]
     assert (finding["code"], finding["line"], finding["count"], finding["origin"]) == ("TAP102", 10, 3, "probe")
     assert finding["name"] == "source-used-outside-tape" and finding["details"]["sources"] == ["b"]
-    assert finding["path"].endswith(os.path.join("pkg", "train.py"))
-    assert "tapecheck probe" not in done.stderr  # the report went to the file
+    assert finding["path"].endswith(os.path.join("probe_cli_pkg", "train.py"))
+    assert "tapecheck probe" not in result.stderr  # the report went to the file
+
+    result = invoke(["probe", "-m", "probe_cli_pkg.train", "--exit", "0"], tmp_path, monkeypatch)
+    assert result.exit_code == 0 and "TAP102" in result.stderr  # findings alone do not fail the run
 
 
 def test_crashing_program_reports_first_then_the_unchanged_traceback(tmp_path):
@@ -90,11 +108,13 @@ def test_crashing_program_reports_first_then_the_unchanged_traceback(tmp_path):
     assert "tapecheck/probe" not in done.stderr.split("Traceback")[1]
 
 
-def test_usage_errors_are_one_line(tmp_path):
-    done = run(["probe", "missing.py"], tmp_path)
-    assert done.returncode == 2 and "missing.py: no such file" in done.stderr and "Traceback" not in done.stderr
-    done = run(["probe"], tmp_path)
-    assert done.returncode == 2 and "give a script to run" in done.stderr
+def test_usage_errors_are_one_line(tmp_path, monkeypatch):
+    result = invoke(["probe", "missing.py"], tmp_path, monkeypatch)
+    assert result.exit_code == 2 and "missing.py: no such file" in result.stderr
+    result = invoke(["probe"], tmp_path, monkeypatch)
+    assert result.exit_code == 2 and "give a script to run" in result.stderr
+    result = invoke(["probe", "-m", "no_such_module_here"], tmp_path, monkeypatch)
+    assert result.exit_code == 2 and "no module named 'no_such_module_here'" in result.stderr
 
 
 PLUGIN_TESTS = """\

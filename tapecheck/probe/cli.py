@@ -42,6 +42,12 @@ def probe(module, fmt, output, fail_on_findings, program):
             raise click.BadParameter(f"{script}: no such file", param_hint="SCRIPT")
     else:
         script, args = None, list(program)
+        sys.path.insert(0, os.getcwd())  # where `python -m` looks first
+        try:
+            if not _module_found(module):
+                raise click.BadParameter(f"no module named {module!r}", param_hint="-m")
+        finally:
+            sys.path.pop(0)
 
     from tapecheck.probe.session import Probe
 
@@ -61,12 +67,6 @@ def probe(module, fmt, output, fail_on_findings, program):
             kept = runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         status = _exit_status(exc.code)
-    except ImportError as exc:
-        if module is not None and getattr(exc, "name", None) == module.split(".")[0] and not _module_found(module):
-            session.stop()
-            _restore(saved_argv, saved_path0)
-            raise click.BadParameter(f"no module named {module!r}", param_hint="-m") from None
-        status, error = 1, exc
     except KeyboardInterrupt as exc:
         status, error = 130, exc
     except BaseException as exc:  # the program's own error: reported, then shown as Python would
