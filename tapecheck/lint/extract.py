@@ -79,17 +79,19 @@ class FactsBuilder(FastVisitor):
         return Site(start.line, start.column + 1, self._order, self._block_stack[-1], self._comprehension > 0)
 
     @contextmanager
-    def _block(self, kind: str, node: cst.CSTNode, **extra):
+    def _block(self, kind: str, node: cst.CSTNode, header: cst.CSTNode | None = None, **extra):
+        """A block spanning `node`; its line is that of `header` (the `for`, `with`...) when given."""
         facts = self.facts
         parent = self._block_stack[-1] if self._block_stack else None
         position = self._pos(node)
+        line = self._pos(header).start.line if header is not None else position.start.line
         block_id = len(facts.blocks)
         if kind in ("module", "function", "class"):
             scope = block_id
         else:
             scope = facts.blocks[parent].scope
         facts.blocks.append(
-            Block(block_id, kind, parent, scope, position.start.line, position.end.line, **extra)
+            Block(block_id, kind, parent, scope, line, position.end.line, **extra)
         )
         self._block_stack.append(block_id)
         try:
@@ -252,7 +254,7 @@ class FactsBuilder(FastVisitor):
 
     def visit_For(self, node: cst.For):
         self._visit(node.iter, "other")
-        with self._block("for", node.body):
+        with self._block("for", node.body, header=node):
             self._bind(node.target, self.summarize(node.iter), "for", node.target)
             self._walk(node.body)
         if node.orelse is not None:
@@ -260,7 +262,7 @@ class FactsBuilder(FastVisitor):
         return False
 
     def visit_While(self, node: cst.While):
-        with self._block("while", node.body):
+        with self._block("while", node.body, header=node):
             self._visit(node.test, "other")
             self._walk(node.body)
         if node.orelse is not None:
@@ -312,7 +314,7 @@ class FactsBuilder(FastVisitor):
                     self._bind(item.asname.name, None, "with", item.asname)
             if tape is not None:
                 recording.append(tape.id)
-        with self._block("with", node.body, tapes=tuple(recording), paused=tuple(paused)) as block:
+        with self._block("with", node.body, header=node, tapes=tuple(recording), paused=tuple(paused)) as block:
             for tape_id in recording:
                 facts.tapes[tape_id].with_blocks.append(block.id)
             self._walk(node.body)

@@ -25,7 +25,7 @@ class Block:
     kind: str  # module, function, class, for, while, with, if, else, try, except, finally, match
     parent: int | None
     scope: int  # id of the module/function/class block that owns it
-    line: int
+    line: int  # the first line of the statement that opens it (`for`, `with`, `def`...)
     end_line: int
     name: str = ""  # function or class name
     decorators: tuple[str, ...] = ()  # resolved dotted names
@@ -53,7 +53,6 @@ class Expr:
     callee: str = ""  # calls: resolved dotted name of the called thing
     method: str = ""  # calls of an attribute: the attribute name
     receiver: str = ""  # calls of an attribute: dotted receiver, when it is a dotted name
-    names: frozenset[str] = frozenset()  # dotted names read anywhere inside
     elements: tuple["Expr", ...] = ()  # list/tuple elements
     tensor_slice: bool = False  # subscript with `:` in a tuple index, or `...`
     keywords: dict[str, "Expr"] = field(default_factory=dict)
