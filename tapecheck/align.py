@@ -528,8 +528,11 @@ def cli(loop_file, epochs, batch_size, rtol, weights_every, plot_path, seed):
     Exit status: 0 aligned, 1 diverged, 2 the loops could not be run.
     """
     try:
+        # Check what the plot needs before the minutes of training, not after.
         if plot_path and not Path(plot_path).resolve().parent.is_dir():
             raise AlignError(f"{plot_path}: error: cannot write the plot: no such directory")
+        if plot_path and importlib.util.find_spec("matplotlib") is None:
+            raise AlignError(f"{plot_path}: error: --plot needs matplotlib: pip install 'tapecheck[plot]'")
         spec = load_loop(loop_file)
         result = align(spec=spec, epochs=epochs, batch_size=batch_size, rtol=rtol, weights_every=weights_every, seed=seed)
         if plot_path:
