@@ -51,7 +51,6 @@ class TapeHooks:
         self.infos: dict[int, TapeInfo] = {}
         self.local = threading.local()
         self.active = True
-        self._site_info = None
 
     # -- state -------------------------------------------------------------
     def _stack(self) -> list:
@@ -236,11 +235,11 @@ class TapeHooks:
         )
 
     def _diagnose(self, tape, info, handle, target, sources, flat_grads, site):
-        self._site_info = info
+        self.local.info = info  # per thread: replicas of a MirroredStrategy diagnose at once
         try:
             self._diagnose_sources(tape, info, handle, target, sources, flat_grads, site)
         finally:
-            self._site_info = None
+            self.local.info = None
 
     def _diagnose_sources(self, tape, info, handle, target, sources, flat_grads, site):
         flat_sources = nest.flatten(sources)
@@ -280,7 +279,8 @@ class TapeHooks:
             extra["gradient_call"] = site.short() if site else "?"
             site = cause.at
         elif cause.code == "TAP104" and cause.cause != "integer-target":
-            made = self._site_info.site if self._site_info is not None else None
+            info = getattr(self.local, "info", None)
+            made = info.site if info is not None else None
             if made is not None and site is not None and made.path == site.path:
                 extra["locate"] = (made.line, site.line)
                 extra["drop_unlocated"] = not cause.certain
