@@ -31,10 +31,10 @@ import inspect
 import math
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import click
 import numpy as np

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 tf = pytest.importorskip("tensorflow")
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
+import keras
+import numpy as np
+from click.testing import CliRunner
+from expectations import expected, found
 
-from expectations import expected, found  # noqa: E402
-from tapecheck.align import AlignError, align, cli, load_loop  # noqa: E402
-from tapecheck.lint import lint_file  # noqa: E402
+from tapecheck.align import AlignError, align, cli, load_loop
+from tapecheck.lint import lint_file
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "align"

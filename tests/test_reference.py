@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 tf = pytest.importorskip("tensorflow")
-import numpy as np  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
+import numpy as np
+from click.testing import CliRunner
 
-from tapecheck import reference  # noqa: E402
-from tapecheck.lint import lint_file  # noqa: E402
+from tapecheck import reference
+from tapecheck.lint import lint_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_split_is_disjoint_and_standardized_on_training_rows(diabetes):
 
 def test_epoch_batches_depend_on_seed_and_epoch_only(diabetes):
     def first_targets(seed, epoch):
-        x, y = next(iter(reference.epoch_batches(diabetes.x_train, diabetes.y_train, 64, seed, epoch)))
+        _, y = next(iter(reference.epoch_batches(diabetes.x_train, diabetes.y_train, 64, seed, epoch)))
         return y.numpy().ravel()
 
     assert np.array_equal(first_targets(0, 3), first_targets(0, 3))
