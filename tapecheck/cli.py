@@ -7,21 +7,23 @@ Each subcommand lives in its own module and is imported only when it runs, so
 from __future__ import annotations
 
 import importlib
+import os
 
 import click
 
 from tapecheck import __version__
 
-# name -> "module:attribute" of a click command
+# name -> ("module:attribute" of a click command, one-line help shown by `tapecheck --help`)
 SUBCOMMANDS = {
-    "lint": "tapecheck.lint.cli:lint",
-    "rules": "tapecheck.lint.cli:rules",
-    "rule": "tapecheck.lint.cli:rule",
-    "probe": "tapecheck.probe.cli:probe",
-    "reference": "tapecheck.reference:cli",
-    "align": "tapecheck.align:cli",
+    "lint": ("tapecheck.lint.cli:lint", "Lint files and folders for GradientTape pitfalls."),
+    "rules": ("tapecheck.lint.cli:rules", "List every rule: code, name, where it is checked."),
+    "rule": ("tapecheck.lint.cli:rule", "Print the documentation of one rule."),
+    "probe": ("tapecheck.probe.cli:probe", "Run a training script and report what its tapes and metrics did."),
+    "reference": ("tapecheck.reference:cli", "Train with the reference custom loop."),
+    "align": ("tapecheck.align:cli", "Prove a custom loop does what fit does, step by step."),
 }
-
+# Commands that are tapecheck's own TensorFlow programs: keep TF's start-up banner quiet.
+QUIET_TENSORFLOW = {"reference", "align"}
 
 # What the runtime commands need beyond the linter's own dependencies.
 OPTIONAL_RUNTIME = {"tensorflow", "keras", "numpy", "sklearn", "matplotlib"}
@@ -31,11 +33,17 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx):
         return list(SUBCOMMANDS)
 
+    def format_commands(self, ctx, formatter):
+        # From the table, so that `--help` imports neither libcst nor TensorFlow.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, help_text) for name, (_, help_text) in SUBCOMMANDS.items()])
+
     def get_command(self, ctx, name):
-        target = SUBCOMMANDS.get(name)
-        if target is None:
+        if name not in SUBCOMMANDS:
             return None
-        module_name, attr = target.split(":")
+        module_name, attr = SUBCOMMANDS[name][0].split(":")
+        if name in QUIET_TENSORFLOW:
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

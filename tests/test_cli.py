@@ -161,3 +161,19 @@ def test_python_dash_m_and_console_script_agree(tmp_path):
     console = subprocess.run([str(script), "lint", str(path)], capture_output=True, text=True)
     assert module.returncode == console.returncode == 1
     assert module.stdout == console.stdout
+
+
+def test_help_lists_every_command_without_importing_tensorflow_or_libcst():
+    code = (
+        "import sys\n"
+        "from tapecheck.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('HEAVY', sorted(m for m in ('tensorflow', 'libcst', 'numpy') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "HEAVY []" in result.stdout, result.stdout + result.stderr
+    for name in ("lint", "rules", "rule", "probe", "reference", "align"):
+        assert f"\n  {name} " in result.stdout
