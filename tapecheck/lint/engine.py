@@ -7,6 +7,7 @@ Bad input never raises out of here: each file that cannot be linted becomes a
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -68,9 +69,10 @@ def parse(source: bytes):
     """Parse bytes with libcst (which honours coding cookies and BOMs)."""
     import libcst as cst
 
-    if b"\0" in source[:8192]:
+    if b"\0" in source:
         raise LintError("binary file (contains NUL bytes), not Python source")
     _check_encoding(source)
+    _check_nesting(source)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -81,6 +83,46 @@ def parse(source: bytes):
         raise LintError(f"cannot read source: {exc}") from None
     except RecursionError:
         raise LintError("expression nested too deeply to parse") from None
+
+
+# libcst's native parser recurses on the C stack with no limit of its own: a few thousand
+# nested operators (`a and a and ...`, `x[0][0]...`, `lambda: lambda: ...`) or ~1500 nested
+# brackets kill the whole process with SIGSEGV, and its time grows faster than linearly
+# with depth (5000 chained `+` take ~45 s). Python gives up near 3000 levels and at 200
+# brackets. Code nested deeper than MAX_NESTING is refused before libcst sees it.
+MAX_NESTING = 1000
+NESTING_SCREEN = 400  # below this many nesting tokens in the whole file, no check is needed
+_NESTING_TOKENS = re.compile(rb"[-+~*/%@&|^<>.(\[{]|\b(?:not|and|or|if|else|lambda|await|yield)\b")
+
+
+def _check_nesting(source: bytes) -> None:
+    """Raise LintError for code nested too deeply for libcst to parse safely."""
+    if len(_NESTING_TOKENS.findall(source)) <= NESTING_SCREEN:
+        return  # no expression nests deeper than the operators, brackets and keywords it holds
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarnings (invalid escapes) are not ours to print
+            tree = ast.parse(source)
+    except SyntaxError as exc:
+        if "too many nested parentheses" in str(exc.msg) or "too many levels of indentation" in str(exc.msg):
+            raise LintError(f"syntax error at line {exc.lineno}: {exc.msg}") from None
+        return  # other syntax errors (or syntax newer than this Python): libcst reports or parses them
+    except (RecursionError, MemoryError):
+        raise LintError("expression nested too deeply to parse") from None
+    except ValueError:
+        return
+    stack = [(tree, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, ast.BoolOp):
+            level += len(node.values) - 2  # libcst nests `a and b and c` one level per operator
+        if level > MAX_NESTING:
+            where = f" (line {node.lineno})" if hasattr(node, "lineno") else ""
+            raise LintError(f"code nested too deeply to lint: more than {MAX_NESTING} levels{where}")
+        stack.extend((child, level + 1) for child in ast.iter_child_nodes(node))
 
 
 def _syntax_error_message(source: bytes, exc) -> str:
