@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -190,9 +191,15 @@ def read_source(path: str) -> bytes:
         size = os.path.getsize(path)
         if size > MAX_FILE_BYTES:
             raise LintError(f"file too large to lint ({size / 2**20:.1f} MiB, limit {MAX_FILE_BYTES // 2**20} MiB)")
-        with open(path, "rb") as handle:
+        # O_NONBLOCK: opening a FIFO (or a device) that appeared after discovery must not hang
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        with open(descriptor, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise LintError("not a regular file (a FIFO, socket or device), not Python source")
             return handle.read()
     except FileNotFoundError:
+        if os.path.islink(path):
+            raise LintError("broken symbolic link (its target does not exist)") from None
         raise LintError("no such file (deleted while linting?)") from None
     except IsADirectoryError:
         raise LintError("is a directory, not a file") from None

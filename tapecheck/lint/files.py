@@ -8,6 +8,7 @@ file named explicitly is always linted, whatever its name.
 from __future__ import annotations
 
 import os
+import stat
 from typing import Callable, Iterable
 
 from tapecheck.findings import FileError
@@ -98,13 +99,29 @@ def discover(
     for given in paths:
         if os.path.isdir(given):
             for path in _walk(given, ignores, excluded):
-                files.setdefault(path)
+                if _special(path):
+                    errors.append(FileError(path, "not a regular file (a FIFO, socket or device), skipped"))
+                else:
+                    files.setdefault(path)
         elif os.path.exists(given) or os.path.islink(given):
-            if not (force_exclude and excluded(given, False)):
+            if force_exclude and excluded(given, False):
+                continue
+            if _special(given):
+                errors.append(FileError(given, "not a regular file (a FIFO, socket or device), skipped"))
+            else:
                 files.setdefault(given)
         else:
             errors.append(FileError(given, "no such file or directory"))
-    return sorted(files), errors
+    return sorted(files), list(dict.fromkeys(errors))
+
+
+def _special(path: str) -> bool:
+    """A FIFO, socket or device: opening one to read can block forever, and it holds no source."""
+    try:
+        mode = os.stat(path).st_mode
+        return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+    except OSError:
+        return False  # missing or a broken link: reading it reports the problem
 
 
 def _walk(root: str, ignores: _GitIgnores, excluded: Callable[[str, bool], bool]) -> Iterable[str]:
@@ -131,7 +148,9 @@ def _walk(root: str, ignores: _GitIgnores, excluded: Callable[[str, bool], bool]
             absolute = os.path.join(folders[-1], entry.name)
             try:
                 is_dir = entry.is_dir()
-            except OSError:
+            except OSError:  # a symlink loop: reading it reports the loop
+                if entry.name.endswith(SOURCE_SUFFIXES) and not excluded(absolute, False):
+                    yield entry.path
                 continue
             if is_dir:
                 if excluded(absolute, True) or _is_virtualenv(entry.path):
