@@ -18,10 +18,10 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-import tapecheck  # noqa: E402
+import tapecheck
 
 
 def build(spare: bool):

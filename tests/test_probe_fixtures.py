@@ -26,8 +26,8 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-import tapecheck  # noqa: E402
-from tapecheck.lint import lint_file  # noqa: E402
+import tapecheck
+from tapecheck.lint import lint_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # The codes the probe checks at run time; TAP401/402/501 and TAP302 are static only for now.
@@ -46,7 +46,7 @@ def run_under_probe(path: Path):
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
                     kept = runpy.run_path(str(path), run_name="__main__")
-            except Exception as exc:  # fixtures that crash on purpose (tape reuse, no gradients)
+            except Exception as exc:  # noqa: BLE001 - fixtures that crash on purpose (tape reuse, no gradients)
                 error, kept = exc, None
             findings_before_stop = list(p.findings)
             p.stop()  # while the program's globals are still alive (module-level tapes)

@@ -8,6 +8,7 @@ couple of variables under `tapecheck.probe()` and checks the code, the line
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,10 +16,10 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-import tapecheck  # noqa: E402
+import tapecheck
 
 HERE = os.path.abspath(__file__)
-_LINES = open(HERE, encoding="utf-8").read().splitlines()
+_LINES = Path(HERE).read_text(encoding="utf-8").splitlines()
 
 
 def line(name: str) -> int:
@@ -338,9 +339,8 @@ def test_fit_with_a_custom_train_step():
     model = LateRegularizer()
     model.compile(optimizer="sgd")
     x, y = np.ones((8, 2), "float32"), np.ones((8, 1), "float32")
-    with tapecheck.probe() as p:
-        with pytest.raises(ValueError, match="No gradients provided"):
-            model.fit(x, y, epochs=1, batch_size=4, verbose=0)
+    with tapecheck.probe() as p, pytest.raises(ValueError, match="No gradients provided"):
+        model.fit(x, y, epochs=1, batch_size=4, verbose=0)
     found = mine(p)
     assert ("TAP101", line("train-step"), "target-after-block") in found
     f101 = next(f for f in p.findings if f.code == "TAP101")

@@ -69,7 +69,7 @@ def probe(module, fmt, output, fail_on_findings, program):
         status = _exit_status(exc.code)
     except KeyboardInterrupt as exc:
         status, error = 130, exc
-    except BaseException as exc:  # the program's own error: reported, then shown as Python would
+    except BaseException as exc:  # noqa: BLE001 - the program's own error: reported, then shown as Python would
         status, error = 1, exc
     finally:
         session.stop()

@@ -75,7 +75,7 @@ def describe(obj, given: str | None = None) -> str:
         return given
     if is_variable(obj):
         name = getattr(obj, "path", None) or getattr(obj, "name", "variable")
-        return name[:-2] if name.endswith(":0") else name
+        return name.removesuffix(":0")
     dtype = getattr(getattr(obj, "dtype", None), "name", "")
     shape = getattr(obj, "shape", None)
     if shape is None:
@@ -194,7 +194,7 @@ def source_cause(info, tape, handle, source, watched_handles, other_tapes, targe
                          f"source {{names}} is never read while {where} recorded: "
                          "the tape never saw it, so its gradient is None",
                          "Use the variable (call the model or layer) inside the `with` block.")
-    elif not (id(source) in info.watched_ids or (_has_id(source) and ops.tensor_id(source) in info.watched_ids)
+    elif not ((_has_id(source) and ops.tensor_id(source) in info.watched_ids)
               or recorded(tape, handle, [source], other_tapes)):
         return Cause("TAP103", "tensor-not-watched",
                      f"source {{names}} is a tensor never watched by the tape made at line "

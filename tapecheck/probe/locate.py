@@ -11,7 +11,7 @@ def _lint(path: str):
 
     try:
         return tuple((f.line, f.code) for f in lint_file(path).findings)
-    except Exception:  # unreadable now, or the linter cannot parse it: keep the run-time line
+    except Exception:  # noqa: BLE001 - unreadable now, or the linter cannot parse it: keep the run-time line
         return ()
 
 

@@ -18,12 +18,13 @@ import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 
 from tapecheck.probe import sites
+from tapecheck.probe.report import report_internal_error
 
 _WRAPPED = ("update_state", "result", "reset_state")
 
 
 class MetricState:
-    __slots__ = ("generation", "updates", "reads", "finalizer")
+    __slots__ = ("finalizer", "generation", "reads", "updates")
 
     def __init__(self):
         self.generation = 0
@@ -149,7 +150,10 @@ class MetricHooks:
             finally:
                 hooks._leave("result")
             if watch:
-                hooks._read(self)
+                try:
+                    hooks._read(self)
+                except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+                    report_internal_error(exc)
             return value
 
         return result
@@ -180,7 +184,7 @@ class MetricHooks:
 def _snapshot(metric):
     try:
         return tuple(v.numpy().tobytes() for v in metric.variables)
-    except Exception:  # a metric with unusual state: compare nothing, flag nothing
+    except Exception:  # noqa: BLE001 - a metric with unusual state: compare nothing, flag nothing
         return None
 
 

@@ -12,6 +12,7 @@ import threading
 import weakref
 
 from tapecheck.probe import diagnose, sites
+from tapecheck.probe.report import report_internal_error
 
 
 class VariableCauses:
@@ -70,7 +71,10 @@ class OptimizerHooks:
                 if isinstance(variables, (list, tuple)) and len(variables) == len(grads):
                     skipped = [v for g, v in zip(grads, variables) if g is None]
                     if skipped:
-                        hooks._skipped(skipped, all(g is None for g in grads))
+                        try:
+                            hooks._skipped(skipped, all(g is None for g in grads))
+                        except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+                            report_internal_error(exc)
             hooks.local.busy = True
             try:
                 return original(self, grads, trainable_variables, *args, **kwargs)

@@ -51,7 +51,7 @@ class Patcher:
                     delattr(cls, name)
                 else:
                     setattr(cls, name, original)
-            except Exception as exc:  # pragma: no cover - a class that refuses setattr
+            except Exception as exc:  # noqa: BLE001 - a class that refuses setattr; restore the rest first
                 errors.append(exc)
         self._patched.clear()
         if errors:

@@ -70,6 +70,19 @@ class Collector:
         return sorted(out)
 
 
+_internal_errors: set[str] = set()
+
+
+def report_internal_error(exc: BaseException) -> None:
+    """The probe failed to diagnose something: say so once on stderr; training goes on."""
+    import sys
+
+    text = f"{type(exc).__name__}: {exc}"
+    if text not in _internal_errors:
+        _internal_errors.add(text)
+        sys.stderr.write(f"tapecheck probe: internal error, one diagnosis skipped ({text})\n")
+
+
 def render(findings, fmt: str = "text") -> str:
     if fmt == "json":
         return json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2) + "\n"

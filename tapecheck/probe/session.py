@@ -86,7 +86,7 @@ class Probe:
     def report(self, fmt: str = "text") -> str:
         return render(self.findings, fmt)
 
-    def __enter__(self) -> Probe:
+    def __enter__(self) -> Probe:  # noqa: PYI034 - Probe is not meant to be subclassed
         return self.start()
 
     def __exit__(self, typ, value, traceback) -> bool:

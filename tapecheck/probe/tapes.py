@@ -20,6 +20,7 @@ from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 from tensorflow.python.util import nest
 
 from tapecheck.probe import diagnose, sites
+from tapecheck.probe.report import report_internal_error
 
 GradientTape = backprop.GradientTape
 
@@ -27,8 +28,20 @@ REUSE_HINT = "Make the tape with `persistent=True` (and `del tape` after the las
 
 
 class TapeInfo:
-    __slots__ = ("ref", "site", "persistent", "watch_vars", "user", "enter_uid", "exit_uid",
-                 "watched_ids", "grad_calls", "first_call", "finalizer", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "enter_uid",
+        "exit_uid",
+        "finalizer",
+        "first_call",
+        "grad_calls",
+        "persistent",
+        "ref",
+        "site",
+        "user",
+        "watch_vars",
+        "watched_ids",
+    )
 
     def __init__(self, tape, site, persistent, watch_vars, user):
         self.ref = weakref.ref(tape)
@@ -170,12 +183,10 @@ class TapeHooks:
             info = hooks.infos.get(id(self)) if hooks.active else None
             if info is not None and info.user:
                 for t in nest.flatten(tensor, expand_composites=True):
-                    info.watched_ids.add(id(t))
-                    if hasattr(t, "_id") or hasattr(t, "graph"):
-                        try:
-                            info.watched_ids.add(ops.tensor_id(t))
-                        except (AttributeError, TypeError):
-                            pass
+                    try:
+                        info.watched_ids.add(ops.tensor_id(t))  # the tensor-id counter: never reused
+                    except (AttributeError, TypeError):
+                        pass  # a variable: the tape lists those itself (watched_variables)
             return result
 
         return watch
@@ -209,6 +220,8 @@ class TapeHooks:
                         hooks.local.busy += 1
                         try:
                             hooks._diagnose(self, info, handle, target, sources, flat, site)
+                        except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+                            report_internal_error(exc)
                         finally:
                             hooks.local.busy -= 1
                 return result
