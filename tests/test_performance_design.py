@@ -137,6 +137,30 @@ def test_positions_are_libcst_positions_for_every_node(path, module):
         assert positions.start(node) == got.start
 
 
+def test_parenthesized_shortcut_matches_libcst_source():
+    """Positions takes the syntactic range of these types from their parentheses: valid only
+    while their `_codegen_impl` is exactly `with self._parenthesize(state): ...`."""
+    import ast
+    import inspect
+    import textwrap
+
+    from libcst._nodes.expression import _BaseParenthesizedNode
+
+    from tapecheck.lint.fastcst import PARENTHESIZED
+
+    qualifying = set()
+    for node_type in vars(cst).values():
+        if isinstance(node_type, type) and issubclass(node_type, _BaseParenthesizedNode):
+            if inspect.isabstract(node_type):
+                continue
+            function = ast.parse(textwrap.dedent(inspect.getsource(node_type._codegen_impl))).body[0]
+            body = [s for s in function.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            if (len(body) == 1 and isinstance(body[0], ast.With)
+                    and ast.unparse(body[0].items[0].context_expr) == "self._parenthesize(state)"):
+                qualifying.add(node_type)
+    assert PARENTHESIZED == qualifying
+
+
 @pytest.mark.parametrize("path,module", PARSED, ids=[p for p, _ in PARSED])
 def test_facts_equal_the_libcst_traversal(path, module):
     reference = ReferenceBuilder(path)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
+from _thread import RLock
 from bisect import bisect_right
 from itertools import accumulate, compress
 from operator import not_
@@ -57,16 +58,36 @@ class _Syntactic:
         return False
 
 
+# Expressions whose `_codegen_impl` is exactly `with self._parenthesize(state): ...`:
+# their syntactic range runs from the end of their last `(` to the start of their
+# first `)` (or their whole range without parentheses), which the marks of the
+# parentheses give, so no mark of their own is needed. A test checks this list
+# against libcst's source.
+PARENTHESIZED = frozenset(
+    getattr(cst, name)
+    for name in (
+        "Attribute", "Await", "BinaryOperation", "BooleanOperation", "Call", "Comparison",
+        "ConcatenatedString", "Dict", "DictComp", "Ellipsis", "Float", "FormattedString",
+        "GeneratorExp", "IfExp", "Imaginary", "Integer", "Lambda", "List", "ListComp", "MatchAs",
+        "MatchClass", "MatchList", "MatchMapping", "MatchOr",
+        "MatchTuple", "Name", "NamedExpr", "Set", "SetComp", "SimpleString", "StarredDictComp", "Subscript",
+        "TemplatedString", "Tuple", "UnaryOperation", "Yield",
+    )
+    if hasattr(cst, name)
+)
+
+
 class _MarkingState(CodegenState):
     """Code generation that appends tokens *and* node boundaries to one list, in C."""
 
-    __slots__ = ("add_token", "after_codegen", "before_codegen", "syntactic")
+    __slots__ = ("_plain", "add_token", "after_codegen", "before_codegen", "syntactic")
 
     def __init__(self, module: cst.Module):
         CodegenState.__init__(self, module.default_indent, module.default_newline)
         # Bound `list.append`: no Python frame per token or per node boundary.
         self.add_token = self.before_codegen = self.after_codegen = self.tokens.append
         self.syntactic: dict[int, _Syntactic] = {}
+        self._plain = RLock()  # a re-entrant context manager whose enter/exit are C
 
     def pop_trailing_newline(self) -> None:
         # libcst's position state keeps its line/column when the module drops its
@@ -74,6 +95,8 @@ class _MarkingState(CodegenState):
         pass
 
     def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        if node.__class__ in PARENTHESIZED:
+            return self._plain
         mark = _Syntactic()
         mark.start_node = start_node
         mark.end_node = end_node
@@ -122,6 +145,11 @@ class Positions:
         self._fallback = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
 
     def _span(self, node) -> tuple[int, int]:
+        if node.__class__ in PARENTHESIZED:
+            offsets, lpar, rpar = self._offsets, node.lpar, node.rpar
+            start = offsets[self._last[id(lpar[-1])]] if lpar else offsets[self._first[id(node)]]
+            end = offsets[self._first[id(rpar[0])]] if rpar else offsets[self._last[id(node)]]
+            return start, end
         mark = self._syntactic.get(id(node))
         if mark is None:
             return self._offsets[self._first[id(node)]], self._offsets[self._last[id(node)]]
