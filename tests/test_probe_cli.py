@@ -135,6 +135,13 @@ def test_clean_training():
     assert tape.gradient(y, w) is not None
 
 
+def test_failing_on_its_own():
+    w, b = tf.Variable(1.0), tf.Variable(1.0)
+    with tf.GradientTape() as tape:
+        y = w * 2.0
+    assert tape.gradient(y, [w, b])[1] is not None
+
+
 def test_fixture(tapecheck_probe):
     w, b = tf.Variable(1.0), tf.Variable(1.0)
     with tf.GradientTape() as tape:
@@ -148,8 +155,13 @@ def test_pytest_plugin_option_and_fixture(pytester):
     # In this process (TensorFlow is already imported): the plugin comes from the entry point.
     pytester.makepyfile(test_training=PLUGIN_TESTS)
     result = pytester.runpytest_inprocess("--tapecheck", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*test_training.py:9:5: TAP102*", "FAILED test_training.py::test_bad_training*"])
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines([
+        "*test_training.py:9:5: TAP102*",
+        "*Captured tapecheck call*", "*test_training.py:23:12: TAP102*",  # beside the test's own error
+        "FAILED test_training.py::test_bad_training*",
+        "FAILED test_training.py::test_failing_on_its_own*",
+    ])
 
 
 def test_pytest_plugin_imports_nothing_heavy(tmp_path):

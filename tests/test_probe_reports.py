@@ -464,3 +464,18 @@ def test_a_tape_made_before_the_probe_started_is_left_alone(wb):
     with tapecheck.probe() as p:
         grads = tape.gradient(y, [w, b])
     assert grads[1] is None and p.findings == []
+
+
+def test_tape_reuse_while_tracing(wb):
+    w, _ = wb
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            y = w * x
+        first = tape.gradient(y, w)
+        return first, tape.gradient(y, w)  # L:traced-reuse
+
+    with tapecheck.probe() as p, pytest.raises(RuntimeError, match="non-persistent GradientTape"):
+        step(tf.constant(1.0))
+    assert mine(p) == [("TAP201", line("traced-reuse"), "tape-reused")]

@@ -36,10 +36,13 @@ def pytest_runtest_call(item):
     session = Probe().start()
     try:
         result = yield
-    finally:
+    except BaseException:
         session.stop()
-    findings = session.findings
-    if findings:
+        if session.findings:  # the test failed on its own: show the findings beside its error
+            item.add_report_section("call", "tapecheck", session.report())
+        raise
+    session.stop()
+    if session.findings:
         pytest.fail("tapecheck probe findings during this test:\n" + session.report(), pytrace=False)
     return result
 
