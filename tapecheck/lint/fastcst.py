@@ -213,11 +213,20 @@ def _only_trivia(annotation) -> bool:
         if args:
             stack.extend(args)
             continue
-        if isinstance(current, type) and issubclass(current, cst.CSTNode):
-            if current not in TRIVIA and not issubclass(current, _TRIVIA_BASES):
+        # `__mro__` membership, not issubclass: libcst's bases are ABCs, slow to ask.
+        if isinstance(current, type) and cst.CSTNode in current.__mro__:
+            if current not in TRIVIA and not any(base in current.__mro__ for base in _TRIVIA_BASES):
                 return False
             found = True
     return found
+
+
+_is_node: dict[type, bool] = {}  # class -> is a CSTNode (isinstance on libcst's ABCs is slow)
+
+
+def _learn(kind: type) -> bool:
+    _is_node[kind] = answer = cst.CSTNode in kind.__mro__
+    return answer
 
 
 class FastVisitor(cst.CSTVisitor):
@@ -263,10 +272,11 @@ class FastVisitor(cst.CSTVisitor):
             walk = self._walk
             for field in fields:
                 child = getattr(node, field)
-                if isinstance(child, cst.CSTNode):
-                    walk(child)
-                elif child.__class__ is tuple or child.__class__ is list:
+                kind = child.__class__
+                if kind is tuple or kind is list:
                     for item in child:
                         walk(item)
+                elif _is_node.get(kind) or (kind not in _is_node and _learn(kind)):
+                    walk(child)
         if leave is not None:
             leave(self, node)
