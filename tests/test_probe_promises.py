@@ -21,6 +21,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from tensorflow.python.eager import context
+
 import tapecheck
 from tapecheck.probe import ProbeError
 
@@ -64,6 +66,12 @@ def small_step(w, b):
     return tape.gradient(loss, [w, b])
 
 
+def cut_step(w):
+    with tf.GradientTape() as tape:
+        y = tf.cast(tf.argmax([w, 2 * w]), tf.float32)
+    return tape.gradient(y, w)
+
+
 class Boom(Exception):
     pass
 
@@ -81,9 +89,12 @@ def test_restores_the_identical_objects_on_exit_error_and_keyboard_interrupt():
     for error in (Boom("user code failed"), KeyboardInterrupt()):
         with pytest.raises(type(error)) as caught, tapecheck.probe():
             small_step(w, b)
+            for _ in range(2):  # the second recording of a cut path is watched by an op callback
+                cut_step(w)
             raise error
         assert caught.value is error  # the same object, not wrapped or replaced
         assert_restored(before)
+        assert context.context().op_callbacks == []
 
 
 def test_exceptions_from_tensorflow_and_user_code_pass_unchanged():

@@ -479,3 +479,24 @@ def test_tape_reuse_while_tracing(wb):
     with tapecheck.probe() as p, pytest.raises(RuntimeError, match="non-persistent GradientTape"):
         step(tf.constant(1.0))
     assert mine(p) == [("TAP201", line("traced-reuse"), "tape-reused")]
+
+
+def _rank_loss(values):
+    return tf.cast(tf.argmax(values), tf.float32)  # L:helper-argmax
+
+
+def test_eager_loop_names_the_cutting_op_from_the_next_step(wb):
+    w, b = wb
+    v = tf.Variable([1.0, 2.0], name="v")
+    with tapecheck.probe() as p:
+        for _ in range(3):
+            with tf.GradientTape() as tape:
+                y = _rank_loss(v * 2.0)
+            tape.gradient(y, v)
+            with tf.GradientTape() as tape:
+                z = tf.reduce_sum(tf.round(v * w)) + b  # L:eager-round
+            tape.gradient(z, [v, b])
+    assert mine(p) == [("TAP104", line("helper-argmax"), "target-cut-off"),
+                       ("TAP104", line("eager-round"), "no-differentiable-path")]
+    assert [f.count for f in sorted(p.findings)] == [3, 3]  # the first step, seen before the op was known, too
+    assert "`ArgMax`" in p.findings[0].details["op"] or "`ArgMax`" in p.findings[1].details["op"]

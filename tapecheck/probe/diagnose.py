@@ -35,14 +35,10 @@ from tensorflow.python.eager import record
 from tensorflow.python.eager import tape as tape_lib
 from tensorflow.python.framework import dtypes, ops
 
-from tapecheck.probe import sites
+from tapecheck.probe import optrace, sites
 
 # Ops whose registered gradient returns None (so `get_gradient_function` cannot tell).
-_NO_GRADIENT_TYPES = {
-    "StopGradient", "PreventGradient", "Round", "Rint", "Floor", "Ceil", "Sign",
-    "ArgMax", "ArgMin", "FloorDiv", "FloorMod", "Equal", "NotEqual", "Less",
-    "LessEqual", "Greater", "GreaterEqual", "OneHot",
-}
+_NO_GRADIENT_TYPES = optrace.NO_GRADIENT
 _MAX_OPS = 20000  # a walk of the traced graph never runs away on huge models
 
 
@@ -167,8 +163,15 @@ def target_cause(info, targets, names) -> Cause | None:
     return None
 
 
-def target_cut_off(targets, names) -> Cause:
+def target_cut_off(info, targets, names) -> Cause:
     op, at = graph_cut(targets, None)
+    if op is None and targets and _is_eager(targets[0]):
+        op, at = optrace.eager_cut(info, targets, None)
+        if op is None and optrace.made_outside_tensorflow(info, targets):
+            return Cause("TAP104", "target-cut-off",
+                         f"the gradient target `{names}` was not made by any TensorFlow op in the block: "
+                         "it comes from a NumPy or Python value (a `.numpy()` round trip), so every gradient is None",
+                         "Keep the loss in TensorFlow ops: no `.numpy()`, `np.` calls or `float()` on the way.")
     found = f" ({op})" if op else " (argmax, an int cast or a numpy round-trip)"
     return Cause("TAP104", "target-cut-off",
                  f"the gradient target `{names}` is cut off from the tape by a non-differentiable op{found}: "
@@ -201,7 +204,9 @@ def source_cause(info, tape, handle, source, watched_handles, other_tapes, targe
                      f"{info.site.line if info.site else '?'}: its gradient is None",
                      "Call `tape.watch(x)` inside the `with` block, before using it.")
     op, at = graph_cut(targets, source)
-    if op is None and targets and not _is_eager(targets[0]):
+    if op is None and targets and _is_eager(targets[0]):
+        op, at = optrace.eager_cut(info, targets, ops.tensor_id(source.handle if is_variable(source) else source))
+    elif op is None and targets:
         # Traced: the graph shows no cut, so the target simply does not depend on
         # the source (a bias under a derivative, an unused head). Not a mistake.
         return Cause(None, "not-connected", "", "")

@@ -43,6 +43,15 @@ class Collector:
                 else:
                     record["details"].setdefault(field, value)
 
+    def move(self, old_site, new_site, code: str, cause: str, message: str) -> None:
+        """Fold the record at `old_site` into the one at `new_site` (made if needed)."""
+        with self._lock:
+            old = self._records.pop((old_site.path, old_site.line, code, cause), None)
+        if old is None:
+            return
+        self.add(new_site, code, cause, message, old["hint"], names=old["names"], count=old["count"],
+                 **{k: v for k, v in old["details"].items() if isinstance(v, list)})
+
     def __len__(self):
         return len(self._records)
 

@@ -11,6 +11,7 @@ ever held.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 
@@ -19,7 +20,7 @@ from tensorflow.python.framework import ops
 from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 from tensorflow.python.util import nest
 
-from tapecheck.probe import diagnose, sites
+from tapecheck.probe import diagnose, optrace, sites
 from tapecheck.probe.report import report_internal_error
 
 GradientTape = backprop.GradientTape
@@ -35,6 +36,7 @@ class TapeInfo:
         "finalizer",
         "first_call",
         "grad_calls",
+        "ops",
         "persistent",
         "ref",
         "site",
@@ -55,6 +57,7 @@ class TapeInfo:
         self.grad_calls = 0
         self.first_call = None
         self.finalizer = None
+        self.ops = None  # op records of one armed eager recording (see optrace)
 
 
 class TapeHooks:
@@ -64,6 +67,8 @@ class TapeHooks:
         self.infos: dict[int, TapeInfo] = {}
         self.local = threading.local()
         self.active = True
+        self.tracer = optrace.EagerOpTrace()
+        self.located: dict[tuple, tuple] = {}  # (gradient site, cause, sources) -> (op label, op site)
 
     # -- state -------------------------------------------------------------
     def _stack(self) -> list:
@@ -97,6 +102,7 @@ class TapeHooks:
         """At the probe's end: report persistent tapes still alive, then let go of all."""
         import gc
 
+        self.tracer.close()
         gc.collect()  # tapes only held by reference cycles (jacobian's pfor makes some) are not alive
         for info in list(self.infos.values()):
             if info.ref() is None and info.finalizer is not None and info.finalizer.alive:
@@ -157,6 +163,8 @@ class TapeHooks:
             if info is not None:
                 info.enter_uid = ops.uid()
                 hooks._stack().append(info.ref)
+                if info.user:
+                    hooks.tracer.begin(info)
             return result
 
         return __enter__
@@ -168,6 +176,7 @@ class TapeHooks:
             info = hooks.infos.get(id(self)) if hooks.active else None
             if info is not None:
                 info.exit_uid = ops.uid()
+                hooks.tracer.end(info)
                 stack = hooks._stack()
                 if info.ref in stack:
                     stack.remove(info.ref)
@@ -283,10 +292,30 @@ class TapeHooks:
             elif target_cause is None:
                 self._add(site, cause, [source], names)
         if cut:
-            self._add(site, diagnose.target_cut_off(targets, target_name), cut, names)
+            self._add(site, diagnose.target_cut_off(info, targets, target_name), cut, names)
+
+    def _eager_location(self, site, cause, names):
+        """TAP104 in eager code: use the op found on an armed step, or arm the tape's line."""
+        if cause.code != "TAP104" or cause.cause == "integer-target" or site is None:
+            return cause
+        key = (site.path, site.line, cause.cause, tuple(names))
+        if cause.at is not None:
+            if key not in self.located:
+                self.located[key] = (cause.op, cause.at)
+                # the earlier steps were recorded at the gradient call: they belong at the op's line
+                self.collector.move(site, cause.at, cause.code, cause.cause, cause.text)
+            return cause
+        known = self.located.get(key)
+        if known is not None:
+            return dataclasses.replace(cause, op=known[0], at=known[1], certain=True)
+        info = getattr(self.local, "info", None)
+        if info is not None and info.site is not None:
+            self.tracer.arm(info.site)
+        return cause
 
     def _add(self, site, cause, sources, given_names):
         names = [diagnose.describe(s, given_names.get(id(s))) for s in sources]
+        cause = self._eager_location(site, cause, names)
         extra = {"op": cause.op} if cause.op else {}
         if cause.at is not None:  # the op that cut the path, in traced code: report at its line
             extra["gradient_call"] = site.short() if site else "?"
