@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import os
 
 
 @functools.lru_cache(maxsize=64)
-def _lint(path: str):
+def _lint(path: str, mtime: float):
     from tapecheck.lint import lint_file
 
     try:
@@ -16,4 +17,8 @@ def _lint(path: str):
 
 
 def static_lines(path: str, code: str, first: int, last: int) -> list[int]:
-    return sorted(line for line, found in _lint(path) if found == code and first <= line <= last)
+    try:
+        mtime = os.stat(path).st_mtime  # a file edited since (a notebook cell re-run) is linted again
+    except OSError:
+        return []
+    return sorted(line for line, found in _lint(path, mtime) if found == code and first <= line <= last)
