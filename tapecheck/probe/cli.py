@@ -55,7 +55,15 @@ def probe(module, fmt, output, fail_on_findings, program):
     status, error = 0, None
     kept = None  # the program's globals, alive until the probe has looked at them
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
-    session.start()
+    try:
+        session.start()
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ("tensorflow", "keras"):
+            raise
+        raise click.UsageError(
+            f"`tapecheck probe` needs {exc.name.split('.')[0]}, which is not installed: "
+            "pip install 'tapecheck[tensorflow-cpu]' (or [tensorflow])"
+        ) from None
     try:
         if script is not None:
             sys.argv = [script, *args]
