@@ -175,3 +175,14 @@ def test_pytest_plugin_imports_nothing_heavy(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_light.py"],
                           capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=120, check=False)
     assert "1 passed" in done.stdout, done.stdout[-3000:]
+
+
+def test_without_tensorflow_the_error_says_what_to_install(tmp_path):
+    (tmp_path / "train.py").write_text("print('never runs')\n")
+    code = ("import sys; sys.modules['tensorflow'] = None; sys.modules['keras'] = None\n"
+            "from tapecheck.cli import main; main(['probe', 'train.py'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env=ENV, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "needs tensorflow" in done.stderr and "tapecheck[tensorflow-cpu]" in done.stderr
+    assert "Traceback" not in done.stderr and "never runs" not in done.stdout
