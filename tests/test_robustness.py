@@ -83,6 +83,8 @@ BAD_SOURCES = {
     "deep-boolop": (("# GradientTape\nx = " + " and ".join(["a"] * 10_000) + "\n").encode(), "nested too deeply"),
     "deep-unary": (("# GradientTape\nx = " + "-" * 5000 + "1\n").encode(), "nested too deeply"),
     "deep-subscript": (("# GradientTape\nx = a" + "[0]" * 5000 + "\n").encode(), "nested too deeply"),
+    # valid Python that libcst 1.9 cannot parse: said so, not called a syntax error
+    "adjacent-strings": (("# GradientTape\nx = " + "'a' " * 5000 + "\n").encode(), "though Python can"),
     "deep-lambda": (("# GradientTape\nx = " + "lambda: " * 5000 + "1\n").encode(), "nested"),
 }
 

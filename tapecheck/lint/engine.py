@@ -130,12 +130,18 @@ def _syntax_error_message(source: bytes, exc) -> str:
     """Python's own message when it has one: it points at the right place more often than libcst."""
     import ast
 
+    import warnings
+
     try:
-        ast.parse(source)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(source)
     except SyntaxError as syntax:
         return f"syntax error at line {syntax.lineno}, column {syntax.offset or 1}: {syntax.msg}"
     except (ValueError, RecursionError, MemoryError):
         pass
+    else:  # Python accepts it: a libcst limit (e.g. thousands of adjacent string literals), not the user's error
+        return f"libcst cannot parse this file, though Python can (line {exc.raw_line}: {exc.message})"
     return f"syntax error at line {exc.raw_line}, column {exc.raw_column + 1}: {exc.message}"
 
 
