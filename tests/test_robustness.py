@@ -135,6 +135,19 @@ def test_nesting_python_accepts_below_the_limit_still_lints(tmp_path):
     assert finding_lines(proc, tmp_path / "long.py") == [(8, "TAP101")], proc.stdout
 
 
+@pytest.mark.parametrize("case", ["nul-late", "deep-boolop", "not-utf8", "huge"])
+def test_bad_input_on_stdin_is_one_error_line(tmp_path, case):
+    data = (LOOP + "x = 1  # GradientTape\n" * 600_000).encode() if case == "huge" else BAD_SOURCES[case][0]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tapecheck", "lint", "-", "--stdin-filename", "piped.py"],
+        input=data, cwd=tmp_path, capture_output=True, timeout=HANG_GUARD,
+    )
+    out = proc.stdout.decode()
+    assert "Traceback" not in out + proc.stderr.decode() and proc.returncode == 1, out + proc.stderr.decode()
+    assert len([line for line in out.splitlines() if line.startswith("piped.py: error: ")]) == 1, out
+    assert (BAD_SOURCES[case][1] if case != "huge" else "too large") in out
+
+
 # -- files that lint fine however they are written ------------------------------------------
 
 def expected_from(text: str, shift: int = 0) -> list[tuple[int, str]]:

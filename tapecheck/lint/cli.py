@@ -82,9 +82,14 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
     sources: dict[str, bytes] = {}
     if "-" in paths:
         name = stdin_filename or "<stdin>"
-        sources[name] = sys.stdin.buffer.read()
+        from tapecheck.lint.engine import MAX_FILE_BYTES
+
+        sources[name] = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)  # the limit files have, not all of memory
         report.files_checked += 1
         try:
+            if len(sources[name]) > MAX_FILE_BYTES:
+                sources[name] = b""
+                raise LintError(f"input too large to lint (over {MAX_FILE_BYTES // 2**20} MiB)")
             report.findings.extend(lint_source(sources[name], name))
         except LintError as exc:
             report.errors.append(FileError(name, str(exc)))
