@@ -29,7 +29,10 @@ class Probe:
 
     @property
     def findings(self):
-        return self.collector.findings()
+        """What the probe saw, less what a `# tapecheck: ignore[...]`/`# noqa: ...` on the line hides."""
+        from tapecheck.lint.suppressions import apply_suppressions
+
+        return apply_suppressions(self.collector.findings())
 
     @property
     def running(self) -> bool:
