@@ -68,3 +68,47 @@ def test_suppression_comments_hide_probe_findings_on_their_line(run_script):
     findings, path = run_script("suppressed.py", SUPPRESSED)
     assert lines_of(findings, path, "TAP101") == [line_with(path, "another code")]
     assert len(findings) == 1  # the report, the CLI and the pytest plugin all read `findings`
+
+
+PAIRING = """
+    import tensorflow as tf
+    w = tf.Variable(1.0, name="w")
+    b = tf.Variable(0.0, name="b")
+    opt = tf.keras.optimizers.SGD(0.1)
+
+    def loss():
+        return (3.0 * w + b - 1.0) ** 2
+
+    @tf.function
+    def traced_step():
+        with tf.GradientTape() as tape:
+            value = loss()
+        grads = tape.gradient(value, [w, b])
+        opt.apply_gradients(zip(grads, [b, w]))  # traced: swapped
+
+    for _ in range(2):
+        with tf.GradientTape() as tape:
+            value = loss()
+        grads = tape.gradient(value, [w, b])
+        opt.apply_gradients(zip(grads, [b, w]))  # eager: swapped
+        with tf.GradientTape() as tape:
+            value = loss()
+        grads = tape.gradient(value, [w, b])
+        opt.apply_gradients(zip(grads, [w, b]))  # right
+        with tf.GradientTape() as tape:
+            value = loss()
+        grads, _ = tf.clip_by_global_norm(tape.gradient(value, [w, b]), 1.0)
+        opt.apply_gradients(zip(grads, [w, b]))  # clipped, right
+    traced_step()
+    traced_step()
+"""
+
+
+def test_gradients_applied_to_other_variables_are_reported_at_apply_gradients(run_script):
+    findings, path = run_script("pairing.py", PAIRING)
+    eager, traced = line_with(path, "# eager: swapped"), line_with(path, "# traced: swapped")
+    assert lines_of(findings, path, "TAP401") == sorted([eager, traced])
+    by_line = {f.line: f for f in findings if f.code == "TAP401"}
+    assert by_line[eager].count == 2 and by_line[traced].count == 1  # traced once: Python runs while tracing
+    assert "`[w, b]`" in by_line[eager].message and "`[b, w]`" in by_line[eager].message
+    assert "another order" in by_line[eager].message

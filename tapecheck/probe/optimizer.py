@@ -47,9 +47,10 @@ class VariableCauses:
 
 
 class OptimizerHooks:
-    def __init__(self, collector, variable_causes):
+    def __init__(self, collector, variable_causes, origins=None):
         self.collector = collector
         self.causes = variable_causes
+        self.origins = origins  # filled by the tape hook: which source each gradient is for
         self.local = threading.local()
         self.active = True
 
@@ -68,6 +69,11 @@ class OptimizerHooks:
                 variables = trainable_variables
                 if variables is None:
                     variables = getattr(self, "_trainable_variables", None) or []
+                if hooks.origins is not None and isinstance(variables, (list, tuple)):
+                    try:
+                        hooks._mismatched(grads, variables)
+                    except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+                        report_internal_error(exc)
                 if isinstance(variables, (list, tuple)) and len(variables) == len(grads):
                     skipped = [v for g, v in zip(grads, variables) if g is None]
                     if skipped:
@@ -82,6 +88,20 @@ class OptimizerHooks:
                 hooks.local.busy = False
 
         return apply
+
+    def _mismatched(self, grads, variables):
+        site = None
+        for call, why, paired in self.origins.mismatches(grads, variables):
+            site = site or sites.user_site()
+            asked = ", ".join(call.names())
+            given = ", ".join(call.name_of(v) for v in paired)
+            self.collector.add(
+                site, "TAP401", "grads-vars-mismatch",
+                f"the gradients computed for `[{asked}]` ({_where(call.site, site)}) are applied to `[{given}]`, {why}: "
+                "zip pairs them by position",
+                "Apply the gradients to the list they were computed for.",
+                gradient_call=[call.site.short() if call.site is not None else "?"],
+            )
 
     def _skipped(self, variables, all_none):
         site = sites.user_site()
@@ -108,6 +128,15 @@ class OptimizerHooks:
                 "Check that the loss is computed inside the tape from these variables.",
                 names=[diagnose.describe(v) for v in unknown],
             )
+
+
+def _where(gradient_site, site) -> str:
+    """The gradient call as `line N` when it is in the same file, else `path:N`."""
+    if gradient_site is None:
+        return "an earlier call"
+    if site is not None and gradient_site.path == site.path:
+        return f"line {gradient_site.line}"
+    return gradient_site.short()
 
 
 def _with_subclasses(cls):

@@ -51,10 +51,13 @@ class Probe:
         try:
             from tapecheck.probe.metrics import MetricHooks
 
+            from tapecheck.probe.pairing import GradientOrigins
+
             causes = VariableCauses()
             self._causes = causes
-            self._hooks = [TapeHooks(self.collector, causes), MetricHooks(self.collector),
-                           OptimizerHooks(self.collector, causes)]
+            self._origins = origins = GradientOrigins()  # which source each gradient was computed for
+            self._hooks = [TapeHooks(self.collector, causes, origins), MetricHooks(self.collector),
+                           OptimizerHooks(self.collector, causes, origins)]
             self._patcher = Patcher()
             for hooks in self._hooks:
                 hooks.install(self._patcher)
@@ -82,6 +85,8 @@ class Probe:
             self._patcher = None
             if getattr(self, "_causes", None) is not None:
                 self._causes.clear()
+            if getattr(self, "_origins", None) is not None:
+                self._origins.clear()
             with _lock:
                 if _running is self:
                     _running = None

@@ -61,9 +61,10 @@ class TapeInfo:
 
 
 class TapeHooks:
-    def __init__(self, collector, variable_causes):
+    def __init__(self, collector, variable_causes, origins=None):
         self.collector = collector
         self.variable_causes = variable_causes  # shared with the optimizer hook
+        self.origins = origins  # gradient -> its source, for the optimizer hook (TAP401)
         self.infos: dict[int, TapeInfo] = {}
         self.local = threading.local()
         self.active = True
@@ -221,6 +222,11 @@ class TapeHooks:
                     result = original(self, target, sources, *args, **kwargs)
                 finally:
                     hooks.local.busy -= 1
+                if kind == "gradient" and hooks.origins is not None:
+                    try:
+                        hooks.origins.remember(site, sources, result)
+                    except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+                        report_internal_error(exc)
                 position = 1 if kind == "gradient" else 0  # where unconnected_gradients sits in *args
                 unconnected = kwargs.get("unconnected_gradients", args[position] if len(args) > position else None)
                 if unconnected in (None, UnconnectedGradients.NONE, "none") and handle is not None:

@@ -52,7 +52,7 @@ from tapecheck.rules._flow import call_span, callee_of, method_of, spans_of, var
 CODE = "TAP401"
 NAME = "grads-vars-mismatch"
 SUMMARY = "`apply_gradients` pairs gradients with variables they were not computed for"
-PROBE = False  # no runtime twin in tapecheck.probe yet
+PROBE = True
 TRIGGERS = (b"apply_gradients",)
 
 # Two spellings of one list.
