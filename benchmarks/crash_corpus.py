@@ -28,7 +28,6 @@ import traceback
 
 from tapecheck.lint import engine
 from tapecheck.lint.files import discover
-from tapecheck.rules import RULES
 
 
 def default_trees() -> list[tuple[str, str]]:
@@ -56,19 +55,9 @@ def error_kind(message: str) -> str:
 
 def lint_full(path: str):
     """lint_file without the byte screen: every file is parsed and extracted."""
-    from tapecheck.lint.extract import extract
-
     report = engine.Report(files_checked=1)
     try:
-        source = engine.read_source(path)
-        module = engine.parse(source)
-        try:
-            facts = extract(module, path)
-        except RecursionError:
-            raise engine.LintError("code nested too deeply to analyse") from None
-        for rule in RULES:
-            if rule.check is not None:
-                report.findings.extend(rule.check(facts))
+        report.findings = engine.lint_python(engine.read_source(path), path, screen=False)
     except engine.LintError as exc:
         report.errors.append(engine.FileError(path, str(exc)))
     return report
