@@ -112,3 +112,69 @@ def test_gradients_applied_to_other_variables_are_reported_at_apply_gradients(ru
     assert by_line[eager].count == 2 and by_line[traced].count == 1  # traced once: Python runs while tracing
     assert "`[w, b]`" in by_line[eager].message and "`[b, w]`" in by_line[eager].message
     assert "another order" in by_line[eager].message
+
+
+STATE = """
+    import tensorflow as tf
+
+    class Seen(tf.keras.metrics.Mean):
+        def __init__(self):
+            super().__init__(name="seen")  # a user's subclass: reported where it is constructed
+
+    w = tf.Variable(1.0)
+    kept = tf.keras.optimizers.SGD(0.1)
+
+    def step(opt):
+        with tf.GradientTape() as tape:
+            loss = (w - 3.0) ** 2
+        opt.apply_gradients(zip(tape.gradient(loss, [w]), [w]))
+        return loss
+
+    for epoch in range(2):
+        per_epoch = tf.keras.metrics.Mean()  # per epoch: fine
+        for batch in range(4):
+            adam = tf.keras.optimizers.Adam(0.1)  # optimizer per step
+            seen = Seen()  # metric per step
+            scale = tf.Variable(2.0)  # variable per step
+            per_epoch.update_state(step(adam if batch % 2 else kept))
+            seen.update_state(scale)
+"""
+
+
+def test_state_made_at_every_step_is_reported_once_with_a_count(run_script):
+    findings, path = run_script("state.py", STATE)
+    expected = [line_with(path, f"# {kind} per step") for kind in ("optimizer", "metric", "variable")]
+    assert lines_of(findings, path, "TAP402") == sorted(expected)
+    counts = {f.line: f.count for f in findings if f.code == "TAP402"}
+    assert set(counts.values()) == {8}  # two epochs of four steps: every object made at that line
+    causes = {f.details["cause"] for f in findings if f.code == "TAP402"}
+    assert causes == {"optimizer-created-in-step", "metric-created-in-step", "variable-created-in-step"}
+
+
+STATE_TRACED_STEP = """
+    import tensorflow as tf
+    w = tf.Variable(1.0)
+    opt = tf.keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum((w * x - 3.0) ** 2)
+        opt.apply_gradients(zip(tape.gradient(loss, [w]), [w]))  # runs in Python only while tracing
+        return loss
+
+    data = tf.data.Dataset.range(8).map(lambda i: tf.cast(i, tf.float32)).batch(2)
+    for epoch in range(2):
+        per_epoch = tf.keras.metrics.Mean()  # per epoch: four batches each, fine
+        for x in data:
+            per_batch = tf.keras.metrics.Mean()  # metric per step
+            loss = step(x)
+            per_batch.update_state(loss)
+            per_epoch.update_state(loss)
+"""
+
+
+def test_steps_of_a_traced_function_are_counted_by_the_batches_they_draw(run_script):
+    findings, path = run_script("state_traced.py", STATE_TRACED_STEP)
+    assert lines_of(findings, path, "TAP402") == [line_with(path, "# metric per step")]
+    assert findings[0].count == 8

@@ -47,10 +47,11 @@ class VariableCauses:
 
 
 class OptimizerHooks:
-    def __init__(self, collector, variable_causes, origins=None):
+    def __init__(self, collector, variable_causes, origins=None, updates=None):
         self.collector = collector
         self.causes = variable_causes
         self.origins = origins  # filled by the tape hook: which source each gradient is for
+        self.updates = updates  # counted here, read by the state hook (TAP402): the probe's steps
         self.local = threading.local()
         self.active = True
 
@@ -65,6 +66,8 @@ class OptimizerHooks:
         hooks = self
 
         def apply(self, grads, trainable_variables=None, *args, **kwargs):
+            if hooks.updates is not None and not getattr(hooks.local, "busy", False):
+                hooks.updates.count += 1
             if hooks.active and not getattr(hooks.local, "busy", False) and isinstance(grads, (list, tuple)):
                 variables = trainable_variables
                 if variables is None:

@@ -52,12 +52,15 @@ class Probe:
             from tapecheck.probe.metrics import MetricHooks
 
             from tapecheck.probe.pairing import GradientOrigins
+            from tapecheck.probe.state import StateHooks, UpdateCount
 
             causes = VariableCauses()
             self._causes = causes
             self._origins = origins = GradientOrigins()  # which source each gradient was computed for
+            updates = UpdateCount()  # optimizer updates: the steps the state hook counts between
             self._hooks = [TapeHooks(self.collector, causes, origins), MetricHooks(self.collector),
-                           OptimizerHooks(self.collector, causes, origins)]
+                           OptimizerHooks(self.collector, causes, origins, updates),
+                           StateHooks(self.collector, updates)]
             self._patcher = Patcher()
             for hooks in self._hooks:
                 hooks.install(self._patcher)

@@ -58,10 +58,16 @@ def user_site(depth: int = 2) -> Site | None:
         if _AUTOGRAPH in filename:
             return _mapped_site()
         if is_user_file(filename):
-            return Site(os.path.abspath(filename) if not filename.startswith("<") else filename,
-                        frame.f_lineno, _column(frame))
+            return frame_site(frame)
         frame = frame.f_back
     return None
+
+
+def frame_site(frame) -> Site:
+    """The line a frame is at, as a site."""
+    filename = frame.f_code.co_filename
+    return Site(os.path.abspath(filename) if not filename.startswith("<") else filename,
+                frame.f_lineno, _column(frame))
 
 
 def calls_from_user_code(depth: int = 2) -> bool:

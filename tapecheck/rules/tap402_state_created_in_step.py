@@ -52,7 +52,7 @@ from tapecheck.rules._flow import callee_of, method_of
 CODE = "TAP402"
 NAME = "state-created-in-step"
 SUMMARY = "an optimizer, metric or `tf.Variable` is created anew at every training step"
-PROBE = False  # no runtime twin in tapecheck.probe yet
+PROBE = True
 TRIGGERS = (b"apply_gradients", b"GradientTape")
 
 VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
