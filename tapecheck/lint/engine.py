@@ -164,7 +164,7 @@ def lint_python(
 
     `screen=False` parses even a file no rule's TRIGGERS occur in (tests prove the screen exact)."""
     if isinstance(source, str):
-        source = source.encode("utf-8")
+        source = source.encode("utf-8", "surrogatepass")  # lone surrogates: "not valid utf-8", not a crash
     if screen and not may_fire(source, rules):
         return []
     # Imported only past the screen: a run on files no rule can fire on never loads libcst.
@@ -174,8 +174,8 @@ def lint_python(
     module = parse(source)
     try:
         facts = extract(module, path)
-    except RecursionError:
-        raise LintError("code nested too deeply to analyse") from None
+    except RecursionError:  # deep but valid (hundreds of adjacent strings, long `+` chains): more stack
+        facts = _on_a_deep_stack(extract, module, path)
     facts.project = current_project()  # what the other files of this run define, if any
     findings: set[Finding] = set()
     for rule in rules:
@@ -190,6 +190,50 @@ def lint_python(
                 f"internal error in {rule.code} ({type(exc).__name__}: {exc}); please report it with this file"
             ) from exc
     return sorted(findings)
+
+
+DEEP_STACK_BYTES = 512 * 2**20  # reserved address space; only the pages touched are used
+DEEP_RECURSION_LIMIT = 60_000
+
+
+def _on_a_deep_stack(function, *args):
+    """`function(*args)` on a thread with a large stack and recursion limit.
+
+    libcst's tree walks recurse once or more per nesting level; `_check_nesting` bounds
+    the depth, so this always ends. LintError when it still cannot be analysed."""
+    import contextvars
+    import sys
+    import threading
+
+    outcome: dict = {}
+    context = contextvars.copy_context()
+
+    def target():
+        try:
+            outcome["value"] = context.run(function, *args)
+        except BaseException as exc:  # noqa: BLE001 - handed back to the calling thread
+            outcome["error"] = exc
+
+    old_limit = sys.getrecursionlimit()
+    try:
+        old_size = threading.stack_size(DEEP_STACK_BYTES)
+    except (ValueError, RuntimeError):
+        raise LintError("code nested too deeply to analyse") from None
+    try:
+        sys.setrecursionlimit(max(old_limit, DEEP_RECURSION_LIMIT))
+        thread = threading.Thread(target=target, name="tapecheck-deep-walk")
+        thread.start()
+        thread.join()
+    except RuntimeError:  # the thread could not be started (no address space for its stack)
+        raise LintError("code nested too deeply to analyse") from None
+    finally:
+        threading.stack_size(old_size)
+        sys.setrecursionlimit(old_limit)
+    if isinstance(outcome.get("error"), RecursionError):
+        raise LintError("code nested too deeply to analyse") from None
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def read_source(path: str) -> bytes:
