@@ -175,9 +175,18 @@ class Positions:
         return Range(self._point(start), self._point(end))
 
     def start(self, node: cst.CSTNode) -> Point:
+        """`self[node].start`, without working out the end."""
         if self._fallback is not None:
             return self[node].start
-        return self._point(self._span(node)[0])
+        if node.__class__ in PARENTHESIZED:
+            lpar = node.lpar
+            return self._point(self._offsets[self._last[id(lpar[-1])] if lpar else self._first[id(node)]])
+        mark = self._syntactic.get(id(node))
+        if mark is None:
+            return self._point(self._offsets[self._first[id(node)]])
+        if mark.start_node is not None:
+            return self.start(mark.start_node)
+        return self._point(self._offsets[self._first[id(mark)]])
 
 
 # -- traversal ------------------------------------------------------------------
