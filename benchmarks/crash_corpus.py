@@ -35,7 +35,7 @@ def default_trees() -> list[tuple[str, str]]:
     for name in ("tensorflow", "keras", "sklearn", "numpy"):
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
-            trees.append((name, list(spec.submodule_search_locations)[0]))
+            trees.append((name, next(iter(spec.submodule_search_locations))))
     trees.append(("stdlib", sysconfig.get_paths()["stdlib"]))
     return trees
 

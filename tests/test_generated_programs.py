@@ -27,7 +27,7 @@ from tapecheck.lint.engine import LintError, lint_source
 LARGE = os.environ.get("TAPECHECK_PROPERTY_PROFILE") == "large"
 LOOPS = 3000 if LARGE else 60
 GRAMMAR = 2000 if LARGE else 80
-COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
 # every rule's byte screen passes, so each program is parsed and extracted
 SCREEN_WORDS = "# GradientTape metrics Metric reset_states optimizers get_gradients\n"
@@ -75,7 +75,7 @@ def statements(draw, depth: int, imports, tapes: list[str], receiver: str = "") 
         "x = tf.constant(1.0)",
         "x = tf.cast(x, tf.float32)",
         "label = tf.argmax(pred, axis=1)",
-        f"train_loss.update_state(loss)",
+        "train_loss.update_state(loss)",
         f"{me}acc.update_state(y, pred)",
         "print(train_loss.result())",
         "train_loss.reset_state()",
@@ -208,7 +208,7 @@ def reformat(draw, lines):
             target, _, value = text.partition(" = ")
             text = f"{target} = ({value})"
         elif edit == "trailing":
-            text = f"{text}  # noted"  # never `# noqa` / `# tapecheck:` comments: those change findings
+            text = f"{text}  # noted"  # never a suppression comment: those change findings
         out.append(f"{indent * level}{text}\n")
         mapping[number] = len(out)
     return "".join(out), mapping
@@ -249,7 +249,7 @@ def test_truncated_programs_never_raise_anything_but_a_lint_error(lines, cut):
 
 # -- arbitrary programs from the grammar -------------------------------------------------------
 
-import hypothesmith  # noqa: E402 - part of the test dependencies
+import hypothesmith  # part of the test dependencies
 
 PROGRAMS = hypothesmith.from_grammar()  # built once: building the grammar strategy takes seconds
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tapecheck.lint.engine import MAX_FILE_BYTES, lint_file
+from tapecheck.lint.engine import MAX_FILE_BYTES
 from tapecheck.lint.files import discover
 
 # TAP101 at line 7 (the gradient call), col 9
@@ -35,7 +35,7 @@ HANG_GUARD = 300  # seconds: only so that a hang fails the test instead of the w
 def run_lint(*args, cwd) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, "-m", "tapecheck", "lint", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=HANG_GUARD,
+        cwd=cwd, capture_output=True, text=True, timeout=HANG_GUARD, check=False,
         env={**os.environ, "NO_COLOR": "1", "PYTHONFAULTHANDLER": "1"},
     )
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
@@ -122,7 +122,7 @@ def test_deep_nesting_is_refused_by_the_engine_before_libcst_can_crash_the_proce
         "    except LintError as exc:\n"
         "        print('refused:', exc)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("refused:") == 4, proc.stdout
 
@@ -268,7 +268,8 @@ def test_files_changed_between_discovery_and_reading(tmp_path):
         "    assert report.findings == [] and len(report.errors) == 1, report\n"
         "    print(report.errors[0].format())\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code, *files], capture_output=True, text=True, timeout=HANG_GUARD)
+    proc = subprocess.run([sys.executable, "-c", code, *files], capture_output=True, text=True, timeout=HANG_GUARD,
+                          check=False)
     assert proc.returncode == 0, proc.stderr
     lines = dict(line.split(": error: ") for line in proc.stdout.splitlines())
     assert "deleted" in lines[str(tmp_path / "deleted.py")]
@@ -300,7 +301,8 @@ def test_two_runs_at_once_give_the_result_of_one(tmp_path, extra):
                  for _ in range(2)]
         outs = [(p.communicate(timeout=HANG_GUARD), p.returncode) for p in procs]
         runs.extend(outs)
-    single = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=HANG_GUARD)
+    single = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=HANG_GUARD,
+                            check=False)
     assert single.returncode == 1 and single.stdout.count("TAP101") == 20, single.stdout
     assert "pkg0/broken.py: error: syntax error" in single.stdout
     for (stdout, stderr), code in runs:

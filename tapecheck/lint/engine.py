@@ -129,7 +129,6 @@ def _check_nesting(source: bytes) -> None:
 def _syntax_error_message(source: bytes, exc) -> str:
     """Python's own message when it has one: it points at the right place more often than libcst."""
     import ast
-
     import warnings
 
     try:
