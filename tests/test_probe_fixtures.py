@@ -31,7 +31,7 @@ from tapecheck.lint import lint_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # The codes the probe checks at run time; the others (TAP302, ...) are static only for now.
-PROBE_CODES = {"TAP101", "TAP102", "TAP103", "TAP104", "TAP201", "TAP202", "TAP301", "TAP401", "TAP402"}
+PROBE_CODES = {"TAP101", "TAP102", "TAP103", "TAP104", "TAP201", "TAP202", "TAP301", "TAP401", "TAP402", "TAP403"}
 PROBE_EXPECT = re.compile(r"#\s*probe-expect:\s*((?:TAP\d{3}\s*,?\s*)+)")
 
 

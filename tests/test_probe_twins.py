@@ -178,3 +178,61 @@ def test_steps_of_a_traced_function_are_counted_by_the_batches_they_draw(run_scr
     findings, path = run_script("state_traced.py", STATE_TRACED_STEP)
     assert lines_of(findings, path, "TAP402") == [line_with(path, "# metric per step")]
     assert findings[0].count == 8
+
+
+TRAINING_FLAG = """
+    import tensorflow as tf
+
+    def make():
+        return tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(4),
+                                    tf.keras.layers.BatchNormalization(), tf.keras.layers.Dropout(0.5)])
+
+    student, teacher = make(), make()
+    opt = tf.keras.optimizers.SGD(0.01)
+    x = tf.ones((4, 3))
+
+    def train_step():
+        with tf.GradientTape() as tape:
+            soft = teacher(x)  # teacher, not trained: fine
+            hard = teacher(x, training=False)
+            loss = tf.reduce_mean((student(x) - soft - hard) ** 2)  # eager: no flag
+        grads = tape.gradient(loss, student.trainable_variables)
+        opt.apply_gradients(zip(grads, student.trainable_variables))
+
+    @tf.function
+    def traced_step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(student(x) ** 2)  # traced: no flag
+        grads = tape.gradient(loss, student.trainable_variables)
+        opt.apply_gradients(zip(grads, student.trainable_variables))
+
+    def good_step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(student(x, training=True) ** 2)
+        grads = tape.gradient(loss, student.trainable_variables)
+        opt.apply_gradients(zip(grads, student.trainable_variables))
+
+    def val_step():
+        return student(x, training=True)  # validation in training mode
+
+    def mc_dropout_predictions():
+        return [student(x, training=True) for _ in range(2)]  # on purpose: not a validation step
+
+    for _ in range(2):
+        train_step()
+        traced_step()
+        good_step()
+        val_step()
+        mc_dropout_predictions()
+"""
+
+
+def test_layers_in_the_wrong_mode_are_reported_at_the_model_call(run_script):
+    findings, path = run_script("training_flag.py", TRAINING_FLAG)
+    expected = [line_with(path, text) for text in ("# eager: no flag", "# traced: no flag", "# validation in")]
+    assert lines_of(findings, path, "TAP403") == sorted(expected)
+    counts = {f.line: f.count for f in findings if f.code == "TAP403"}
+    assert counts[line_with(path, "# eager: no flag")] == 2  # once per step, not once per layer
+    assert counts[line_with(path, "# traced: no flag")] == 1  # Python runs while tracing only
+    assert {f.details["cause"] for f in findings if f.code == "TAP403"} == {
+        "training-flag-missing", "training-flag-in-validation"}

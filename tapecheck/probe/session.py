@@ -53,14 +53,16 @@ class Probe:
 
             from tapecheck.probe.pairing import GradientOrigins
             from tapecheck.probe.state import StateHooks, UpdateCount
+            from tapecheck.probe.training import TrainingFlagHooks
 
             causes = VariableCauses()
             self._causes = causes
             self._origins = origins = GradientOrigins()  # which source each gradient was computed for
             updates = UpdateCount()  # optimizer updates: the steps the state hook counts between
-            self._hooks = [TapeHooks(self.collector, causes, origins), MetricHooks(self.collector),
+            tapes = TapeHooks(self.collector, causes, origins)
+            self._hooks = [tapes, MetricHooks(self.collector),
                            OptimizerHooks(self.collector, causes, origins, updates),
-                           StateHooks(self.collector, updates)]
+                           StateHooks(self.collector, updates), TrainingFlagHooks(self.collector, tapes)]
             self._patcher = Patcher()
             for hooks in self._hooks:
                 hooks.install(self._patcher)

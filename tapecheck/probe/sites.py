@@ -63,6 +63,43 @@ def user_site(depth: int = 2) -> Site | None:
     return None
 
 
+def outermost_call(kind: type, depth: int = 2) -> tuple[object, Site | None, dict]:
+    """The outermost `kind` (a Keras layer) being called, the user's line that called it, its keywords.
+
+    Found above that object's outermost `__call__` frame: from inside a nested
+    layer the innermost user frame would be the model's own `call` method, not
+    the line in the training step that called the model.
+    """
+    frame, outermost, obj = sys._getframe(depth), None, None
+    while frame is not None:
+        if frame.f_code.co_name == "__call__" and isinstance(frame.f_locals.get("self"), kind):
+            outermost, obj = frame, frame.f_locals["self"]
+        frame = frame.f_back
+    if outermost is None:
+        return None, None, {}
+    given = outermost.f_locals.get("kwargs") or {}
+    frame = outermost.f_back
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if _AUTOGRAPH in filename:
+            return obj, _mapped_frame(frame), given
+        if is_user_file(filename):
+            return obj, frame_site(frame), given
+        frame = frame.f_back
+    return obj, None, given
+
+
+def _mapped_frame(frame) -> Site | None:
+    """An autograph-generated frame's line in the user's source (tf_stack's own source map)."""
+    from tensorflow.python.util import tf_stack
+
+    mapper = tf_stack._source_mapper_stacks[tf_stack._get_thread_key()][-1]
+    hit = mapper.get_effective_source_map().get((frame.f_code.co_filename, frame.f_lineno))
+    if hit is None or not is_user_file(hit[0]):
+        return None
+    return Site(os.path.abspath(hit[0]), hit[1], 1)
+
+
 def frame_site(frame) -> Site:
     """The line a frame is at, as a site."""
     filename = frame.f_code.co_filename

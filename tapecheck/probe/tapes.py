@@ -40,6 +40,7 @@ class TapeInfo:
         "persistent",
         "ref",
         "site",
+        "untrained_calls",
         "user",
         "watch_vars",
         "watched_ids",
@@ -58,6 +59,7 @@ class TapeInfo:
         self.first_call = None
         self.finalizer = None
         self.ops = None  # op records of one armed eager recording (see optrace)
+        self.untrained_calls = None  # models run in inference mode while recording (see training)
 
 
 class TapeHooks:
@@ -65,6 +67,7 @@ class TapeHooks:
         self.collector = collector
         self.variable_causes = variable_causes  # shared with the optimizer hook
         self.origins = origins  # gradient -> its source, for the optimizer hook (TAP401)
+        self.gradient_listeners = []  # told (info, sources) after each user `gradient` call
         self.infos: dict[int, TapeInfo] = {}
         self.local = threading.local()
         self.active = True
@@ -127,6 +130,16 @@ class TapeHooks:
 
     def info_for(self, tape) -> TapeInfo | None:
         return self.infos.get(id(tape))
+
+    def recording_user_tapes(self) -> list[TapeInfo]:
+        """The user's tapes inside their `with` block on this thread, recording now."""
+        found = []
+        for ref in self._stack():
+            tape = ref()
+            info = self.infos.get(id(tape)) if tape is not None else None
+            if info is not None and info.user and getattr(tape, "_recording", False):
+                found.append(info)
+        return found
 
     # -- wrappers ----------------------------------------------------------
     def install(self, patcher):
@@ -225,6 +238,11 @@ class TapeHooks:
                 if kind == "gradient" and hooks.origins is not None:
                     try:
                         hooks.origins.remember(site, sources, result)
+                    except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+                        report_internal_error(exc)
+                for listener in hooks.gradient_listeners:
+                    try:
+                        listener(info, sources)
                     except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
                         report_internal_error(exc)
                 position = 1 if kind == "gradient" else 0  # where unconnected_gradients sits in *args

@@ -72,9 +72,16 @@ from tapecheck.rules._flow import callee_of, spans_of, variable_owner
 CODE = "TAP403"
 NAME = "missing-training-flag"
 SUMMARY = "a model with Dropout/BatchNormalization trained without `training=True`, or validated with it"
-PROBE = False  # no runtime twin in tapecheck.probe yet
+PROBE = True
 PROJECT = True  # reads the cross-file index of model definitions
 TRIGGERS = (b"GradientTape", b"training=True")
+TRAINING_TRUE = re.compile(rb"training\s*=\s*True")
+
+
+def screen(source: bytes) -> bool:
+    """A model trained under a tape, or one called with `training=True` (however spaced)."""
+    return b"GradientTape" in source or TRAINING_TRUE.search(source) is not None
+
 
 MODEL_CLASSES = frozenset(
     f"{root}{name}"
