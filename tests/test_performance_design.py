@@ -240,7 +240,7 @@ def tree(tmp_path):
     shutil.copytree(ROOT / "fixtures", root)
     (root / "syntax_error.py").write_text("import tensorflow as tf\ntape = tf.GradientTape(\n")
     (root / "binary.py").write_bytes(b"GradientTape\0\x01\x02")
-    (root / "latin1.py").write_bytes(b"metrics = 1\nname = '\xe9'\n")
+    (root / "latin1.py").write_bytes(b"# GradientTape\nname = '\xe9'\n")
     for index in range(12):
         (root / f"plain_{index}.py").write_text(f"x = {index}\n")
     return root

@@ -6,6 +6,7 @@ Bad input never raises out of here: each file that cannot be linted becomes a
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -34,17 +35,22 @@ class Report:
         self.files_checked += other.files_checked
 
 
-def triggers(rules: Sequence[Rule]) -> tuple[bytes, ...]:
-    """Byte strings at least one of which must occur in a file for these rules to fire."""
-    out: list[bytes] = []
-    for rule in rules:
-        out.extend(getattr(rule.module, "TRIGGERS", ()))
-    return tuple(dict.fromkeys(out))
+@functools.lru_cache(maxsize=None)
+def rule_screen(rule: Rule):
+    """The rule's byte-level test: `screen(source)` if it has one, else any of its TRIGGERS occurs.
+
+    Either way it must be exact in one direction: False only for a file the rule cannot fire on.
+    """
+    custom = getattr(rule.module, "screen", None)
+    if custom is not None:
+        return custom
+    needles = tuple(getattr(rule.module, "TRIGGERS", ()))
+    return lambda source: any(needle in source for needle in needles)
 
 
 def may_fire(source: bytes, rules: Sequence[Rule]) -> bool:
     """The cheap screen: skip parsing files that mention nothing any rule looks at."""
-    return any(trigger in source for trigger in triggers(rules))
+    return any(rule_screen(rule)(source) for rule in rules)
 
 
 def _check_encoding(source: bytes) -> None:

@@ -62,6 +62,8 @@ the loop reports, which is the point, but the loop it picks may not be the one
 you think of as the epoch.
 '''
 
+import re
+
 from tapecheck.rules._common import metric_bindings, report
 
 CODE = "TAP301"
@@ -69,7 +71,14 @@ NAME = "metric-never-reset"
 SUMMARY = "a Keras metric read every epoch is never reset"
 PROBE = True
 FIXABLE = True
-TRIGGERS = (b"metrics", b"Metric")
+TRIGGERS = (b"etric",)  # "metrics", "Metric": a Keras metric is made from the metrics module or class
+RESULT_READ = re.compile(rb"\.[\s\\]*result\b")  # `m.result`, even split over lines
+
+
+def screen(source: bytes) -> bool:
+    """A metric must be made here and its `result` read here."""
+    return b"etric" in source and RESULT_READ.search(source) is not None
+
 
 RESETS = frozenset({"reset_state", "reset_states"})
 

@@ -40,6 +40,8 @@ The fix renames `reset_states()` to `reset_state()` and `lr=` to
 automatic fix.
 '''
 
+import re
+
 from tapecheck.rules._common import flatten, is_keras_class, metric_bindings, report
 
 CODE = "TAP302"
@@ -47,7 +49,18 @@ NAME = "removed-keras-api"
 SUMMARY = "a call Keras 3 removed (`reset_states()`, `lr=`, legacy optimizers)"
 PROBE = False
 FIXABLE = True
-TRIGGERS = (b"reset_states", b"optimizers", b"get_gradients")
+TRIGGERS = (b"reset_states", b"get_gradients", b"optimizers")
+
+
+LR_KEYWORD = re.compile(rb"\blr\s*=")
+
+
+def screen(source: bytes) -> bool:
+    """`reset_states`, `get_gradients`, or an optimizer given `lr` or taken from `legacy`."""
+    if b"reset_states" in source or b"get_gradients" in source:
+        return True
+    return b"optimizers" in source and (b"legacy" in source or LR_KEYWORD.search(source) is not None)
+
 
 VALID = [
     # stateful RNN layers still have reset_states() in Keras 3

@@ -55,6 +55,8 @@ def train_step(model, optimizer, x, y):
 
 from __future__ import annotations
 
+import re
+
 from tapecheck.rules._common import report
 from tapecheck.rules._flow import (
     METADATA_CALLS, call_span, callee_of, is_metadata, method_of, spans_of, within,
@@ -64,7 +66,40 @@ CODE = "TAP501"
 NAME = "python-side-effect-in-function"
 SUMMARY = "inside `@tf.function`: `.numpy()`, `float(t)`, `print(t)` or Python randomness run only at trace time"
 PROBE = False  # no runtime twin in tapecheck.probe yet
-TRIGGERS = (b"@tf.function", b"tf.function(")  # the decorator, with arguments, or a wrapping call
+TRIGGERS = (b"tensorflow",)
+# The modules whose `function` the rule knows (TF_FUNCTIONS), and whole import statements of
+# them (parenthesized and backslash-continued names too).
+TF_MODULE = rb"tensorflow(?:\.compat(?:\.v[12])?)?"
+TF_IMPORT = re.compile(
+    rb"(?:from[ \t]+" + TF_MODULE + rb"[ \t]+import|import[ \t]+" + TF_MODULE + rb")[ \t]*"
+    rb"(\([^)]*\)|(?:[^\n\\]|\\\n)*)"
+)
+
+
+def screen(source: bytes) -> bool:
+    """`tf.function` through any spelling the rule resolves: `tensorflow.function`,
+    `tf.compat.v2.function`, an alias (`import tensorflow as tf2`), `from tensorflow import function`."""
+    if b"tensorflow" not in source:
+        return False
+    for statement in TF_IMPORT.finditer(source):
+        text = statement.group(0)
+        if text.startswith(b"from") and b"function" in statement.group(1):
+            return True
+        names = re.findall(rb"\bas[ \t]+(\w+)", text) or [b"tensorflow"]
+        for name in names:
+            if re.search(re.escape(name) + rb"(?:\.compat(?:\.v[12])?)?\.function\b", source):
+                return True
+    return False
+    if b"tensorflow." in source and re.search(rb"tensorflow(?:\.\w+)*\.function\b", source):
+        return True
+    for statement in TF_IMPORT.finditer(source):
+        if b"function" in statement.group(0):
+            return True
+        for alias in re.findall(rb"\bas[ \t]+(\w+)", statement.group(0)):
+            if re.search(re.escape(alias) + rb"(?:\.\w+)*\.function\b", source):
+                return True
+    return False
+
 
 TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
 # Their function arguments run eagerly, on real values: anything goes there.
