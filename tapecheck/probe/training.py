@@ -74,8 +74,9 @@ class TrainingFlagHooks:
             if last is not None and last() is context:
                 return  # one look per model call, not one per layer
             self.local.context = weakref.ref(context)
-
         if record.could_possibly_record():
+            if training is True:
+                return  # the user said training=True (or Keras passed it down): nothing to look up
             recording = self.tapes.recording_user_tapes()
             if recording:
                 self._untrained(layer, recording)
