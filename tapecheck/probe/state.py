@@ -112,7 +112,8 @@ class StateHooks:
 
         def __call__(cls, *args, **kwargs):
             variable = original(cls, *args, **kwargs)
-            if hooks.active and tf.executing_eagerly() and sites.calls_from_user_code():
+            # `tf.Variable(...)` only: TensorFlow makes internal subclasses (_UnreadVariable) at each assign
+            if cls is tf.Variable and hooks.active and tf.executing_eagerly() and sites.calls_from_user_code():
                 try:
                     hooks._made("variable", sites.user_site())
                 except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
