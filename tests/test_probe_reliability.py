@@ -1,0 +1,398 @@
+"""The probe never breaks training: errors, exits, interrupts, nesting, threads, stale probes.
+
+All in this process (one TensorFlow import for the module), except MultiWorkerMirroredStrategy,
+which needs two worker processes by nature (marked slow; see the test).
+The promises already covered by tests/test_probe_promises.py (identical objects restored on
+a raised KeyboardInterrupt, one probe at a time, memory over 130 steps, MirroredStrategy over
+two logical CPUs) are not repeated; these add the cases that test does not reach.
+"""
+
+from __future__ import annotations
+
+import _thread
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from tensorflow.python.eager import context
+
+import tapecheck
+from tapecheck.probe import ProbeError
+
+
+def _all_subclasses(cls):
+    out, stack = set(), [cls]
+    while stack:
+        current = stack.pop()
+        if current not in out:
+            out.add(current)
+            stack.extend(current.__subclasses__())
+    return out
+
+
+def patched_objects():
+    """Every attribute the probe may replace, as the exact objects found now."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    found = {}
+    for name in ("__init__", "__enter__", "__exit__", "watch", "reset", "gradient", "jacobian", "batch_jacobian"):
+        found[("GradientTape", name)] = tf.GradientTape.__dict__.get(name, "absent")
+    for cls in _all_subclasses(keras.metrics.Metric):
+        for name in ("update_state", "result", "reset_state", "__init_subclass__"):
+            found[(cls, name)] = cls.__dict__.get(name, "absent")
+    for cls in _all_subclasses(keras.optimizers.Optimizer) | {keras.optimizers.Optimizer.__mro__[-2]}:
+        for parent in cls.__mro__:
+            for name in ("apply", "apply_gradients"):
+                found[(parent, name)] = parent.__dict__.get(name, "absent")
+    found[("DatasetV2", "__iter__")] = dataset_ops.DatasetV2.__dict__["__iter__"]
+    return found
+
+
+def assert_restored(before):
+    after = patched_objects()
+    for key, original in before.items():
+        assert after.get(key, "absent") is original, key
+
+
+def small_step(w, b):
+    with tf.GradientTape() as tape:
+        loss = w * w
+    return tape.gradient(loss, [w, b])  # b is never read: TAP102
+
+HERE = os.path.abspath(__file__)
+PROBE_DIR = os.path.dirname(os.path.abspath(tapecheck.probe.__file__)) + os.sep
+
+
+class Boom(Exception):
+    pass
+
+
+def probe_is_off():
+    from tapecheck.probe import session
+
+    return session._running is None and context.context().op_callbacks == []
+
+
+# -- exceptions pass through unchanged -----------------------------------------------------------
+
+def reshape_loss(w):
+    return tf.reshape(w, (2, 2))  # InvalidArgumentError raised by TensorFlow, from this line
+
+
+def tf_error_in_tape(w):
+    with tf.GradientTape() as tape:
+        loss = reshape_loss(w)
+    return tape.gradient(loss, w)
+
+
+@tf.custom_gradient
+def fragile(x):
+    def grad(dy):
+        raise Boom("in the backward pass")  # user code run by TensorFlow inside tape.gradient
+
+    return x * 1.0, grad
+
+
+def user_error_in_gradient(w):
+    with tf.GradientTape() as tape:
+        loss = fragile(w)
+    return tape.gradient(loss, w)
+
+
+def tape_reused(w):
+    with tf.GradientTape() as tape:
+        loss = w * w
+    tape.gradient(loss, w)
+    return tape.gradient(loss, w)  # RuntimeError from TensorFlow
+
+
+def caught(fn, *args):
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    raise AssertionError(f"{fn.__name__} did not raise")
+
+
+def user_frames(exc):
+    return [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__) if f.filename == HERE]
+
+
+@pytest.mark.parametrize("fn", [tf_error_in_tape, user_error_in_gradient, tape_reused], ids=lambda f: f.__name__)
+def test_errors_keep_type_message_and_the_user_frames_of_their_traceback(fn):
+    w = tf.Variable([1.0, 2.0, 3.0])
+    plain = caught(fn, w)
+    with tapecheck.probe():
+        probed = caught(fn, w)
+    assert type(probed) is type(plain)
+    assert str(probed) == str(plain)
+    assert user_frames(probed) == user_frames(plain)  # every line of the user's code, in order
+    innermost = [f for f in traceback.extract_tb(probed.__traceback__) if not f.filename.startswith(PROBE_DIR)][-1]
+    innermost_plain = traceback.extract_tb(plain.__traceback__)[-1]
+    assert (innermost.filename, innermost.lineno) == (innermost_plain.filename, innermost_plain.lineno)
+    assert probe_is_off()
+
+
+def test_a_user_error_inside_the_with_block_is_the_same_object(tmp_path):
+    w = tf.Variable(1.0)
+    error = Boom("mine")
+    with pytest.raises(Boom) as seen, tapecheck.probe(), tf.GradientTape():
+        _ = w * 2.0
+        raise error
+    assert seen.value is error and seen.value.__cause__ is None and seen.value.__context__ is None
+    assert probe_is_off()
+
+
+# -- `tapecheck probe script.py`: exit statuses, interrupts, tracebacks -------------------------------
+
+SCRIPT = """\
+import sys
+import tensorflow as tf
+
+w, b = tf.Variable(1.0), tf.Variable(2.0)
+for _ in range(2):
+    with tf.GradientTape() as tape:
+        loss = w * w
+    grads = tape.gradient(loss, [w, b])
+{ending}
+"""
+
+
+def probe_cli(tmp_path, monkeypatch, ending: str):
+    from click.testing import CliRunner
+
+    from tapecheck.cli import main
+
+    (tmp_path / "train.py").write_text(SCRIPT.format(ending=ending))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = patched_objects()
+    result = CliRunner().invoke(main, ["probe", "train.py"], catch_exceptions=False)
+    assert_restored(before)
+    assert probe_is_off()
+    assert "train.py:8:" in result.stderr and "TAP102" in result.stderr, result.stderr  # the report is printed
+    return result
+
+
+@pytest.mark.parametrize("ending,status", [
+    ("", 0), ("sys.exit()", 0), ("sys.exit(0)", 0), ("sys.exit(3)", 3), ("sys.exit(42)", 42),
+    ("sys.exit(255)", 255), ("raise SystemExit(7)", 7), ("sys.exit('stopped by the user')", 1),
+])
+def test_sys_exit_keeps_the_programs_status(tmp_path, monkeypatch, ending, status):
+    result = probe_cli(tmp_path, monkeypatch, ending)
+    assert result.exit_code == status, result.stderr
+    if "stopped" in ending:
+        assert "stopped by the user" in result.stderr
+
+
+def test_a_keyboard_interrupt_in_the_program_exits_130_with_everything_restored(tmp_path, monkeypatch):
+    result = probe_cli(tmp_path, monkeypatch, "raise KeyboardInterrupt")
+    assert result.exit_code == 130
+    assert "KeyboardInterrupt" in result.stderr
+
+
+def test_a_crash_in_the_program_shows_its_own_traceback(tmp_path, monkeypatch):
+    result = probe_cli(tmp_path, monkeypatch, "def fail():\n    return 1 / 0\nfail()")
+    assert result.exit_code == 1
+    tail = result.stderr[result.stderr.index("Traceback"):]
+    assert 'train.py", line 11, in <module>' in tail and 'train.py", line 10, in fail' in tail, tail
+    assert tail.rstrip().endswith("ZeroDivisionError: division by zero")
+    assert "tapecheck" not in tail.replace("tapecheck probe", "")  # no probe frames in the user's traceback
+
+
+# -- an interrupt that lands anywhere --------------------------------------------------------------
+
+def test_an_interrupt_landing_at_any_point_of_a_step_restores_every_patch():
+    """`_thread.interrupt_main` raises KeyboardInterrupt at whatever bytecode runs then: inside
+    TensorFlow, inside the probe's wrappers, between them. Whatever was interrupted, everything
+    is put back and the next probe works."""
+    before = patched_objects()
+    w, b = tf.Variable(1.0), tf.Variable(2.0)
+    for delay in (0.0, 0.002, 0.007, 0.013, 0.03, 0.05, 0.08, 0.12):
+        steps = 0
+        timer = threading.Timer(delay, _thread.interrupt_main)
+        with pytest.raises(KeyboardInterrupt), tapecheck.probe():
+            timer.start()
+            while steps < 1_000_000:  # ends only by the interrupt
+                small_step(w, b)
+                steps += 1
+        timer.join()
+        assert_restored(before)
+        assert probe_is_off()
+    with tapecheck.probe() as p:  # a fresh probe after all that works as usual
+        small_step(w, b)
+    assert [(f.code, f.count) for f in p.findings] == [("TAP102", 1)]
+
+
+# -- nesting, threads, a stale probe ----------------------------------------------------------------
+
+def test_a_probe_inside_a_probe_is_refused_and_the_outer_one_goes_on():
+    before = patched_objects()
+    w, b = tf.Variable(1.0), tf.Variable(2.0)
+    with tapecheck.probe() as outer:
+        small_step(w, b)
+        with pytest.raises(ProbeError, match="already running"):
+            with tapecheck.probe():
+                raise AssertionError("the inner block must not run")
+        small_step(w, b)
+        with pytest.raises(ProbeError):
+            outer.start()  # the running probe itself, entered again
+        small_step(w, b)
+    assert [(f.code, f.count) for f in outer.findings] == [("TAP102", 3)]
+    assert_restored(before)
+    assert probe_is_off()
+
+
+def run_threads(target, count=2):
+    errors = []
+
+    def guarded(*args):
+        try:
+            target(*args)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+def test_one_probe_sees_training_in_two_threads_each_step_once():
+    w, b = tf.Variable(1.0), tf.Variable(2.0)
+    steps = 25
+    with tapecheck.probe() as p:
+        errors = run_threads(lambda i: [small_step(w, b) for _ in range(steps)])
+    assert errors == []
+    assert [(f.code, f.count) for f in p.findings] == [("TAP102", 2 * steps)]
+    assert probe_is_off()
+
+
+def test_two_threads_starting_probes_at_once_get_exactly_one():
+    before = patched_objects()
+    w, b = tf.Variable(1.0), tf.Variable(2.0)
+    barrier = threading.Barrier(2)
+    done = threading.Barrier(2)
+    outcome = {}
+
+    def worker(i):
+        barrier.wait()
+        try:
+            with tapecheck.probe() as p:
+                small_step(w, b)
+                done.wait()  # hold it while the other thread tries
+            outcome[i] = ("ran", p)
+        except ProbeError:
+            outcome[i] = ("refused", None)
+            done.wait()
+
+    assert run_threads(worker) == []
+    assert sorted(kind for kind, _ in outcome.values()) == ["ran", "refused"]
+    [probe] = [p for kind, p in outcome.values() if kind == "ran"]
+    assert [(f.code, f.count) for f in probe.findings] == [("TAP102", 1)]
+    assert_restored(before)
+    assert probe_is_off()
+
+
+def test_a_probe_left_running_by_a_crashed_run_can_be_stopped_and_reentered():
+    before = patched_objects()
+    w, b = tf.Variable(1.0), tf.Variable(2.0)
+    stale = tapecheck.probe()
+
+    def crashed_run():  # a notebook cell that started a probe and died before stopping it
+        stale.start()
+        small_step(w, b)
+        raise Boom("the cell failed")
+
+    with pytest.raises(Boom):
+        crashed_run()
+    small_step(w, b)  # training goes on under the stale probe
+    with pytest.raises(ProbeError, match="already running"), tapecheck.probe():
+        pass
+    stale.stop()
+    stale.stop()  # stopping twice is harmless
+    assert_restored(before)
+    assert probe_is_off()
+    with stale:  # the same object entered again
+        small_step(w, b)
+    assert_restored(before)
+    assert [(f.code, f.count) for f in stale.findings] == [("TAP102", 3)]
+    with tapecheck.probe() as fresh:
+        small_step(w, b)
+    assert [(f.code, f.count) for f in fresh.findings] == [("TAP102", 1)]
+
+
+# -- MultiWorkerMirroredStrategy: two worker processes on localhost ------------------------------------
+
+WORKER = """\
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+import tapecheck
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    w = tf.Variable(1.0)
+    b = tf.Variable(2.0)
+
+def replica_step(x):
+    with tf.GradientTape() as tape:
+        loss = w * x
+    return tape.gradient(loss, [w, b])  # b is never read: None on every replica of every worker
+
+with tapecheck.probe() as p:
+    for step in range(3):
+        strategy.run(replica_step, args=(tf.constant(float(step)),))
+        strategy.run(tf.function(replica_step), args=(tf.constant(1.0),))
+task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+with open(f"worker{task}.json", "w") as out:
+    out.write(p.report("json"))
+"""
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.skipif(os.environ.get("TAPECHECK_MULTIWORKER") != "1", reason="two TensorFlow worker processes: set TAPECHECK_MULTIWORKER=1")
+def test_multi_worker_mirrored_strategy_findings_from_every_worker_each_once(tmp_path):
+    (tmp_path / "worker.py").write_text(WORKER)
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    procs = []
+    for index in range(2):
+        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+               "CUDA_VISIBLE_DEVICES": ""}
+        procs.append(subprocess.Popen([sys.executable, "worker.py"], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [proc.communicate(timeout=540)[0] for proc in procs]
+    for proc, output in zip(procs, outputs):
+        assert proc.returncode == 0, output[-3000:]
+    for index in range(2):
+        report = json.loads((tmp_path / f"worker{index}.json").read_text())
+        findings = report["findings"] if isinstance(report, dict) else report
+        eager = [f for f in findings if f["code"] == "TAP102"]
+        assert eager, findings
+        # one finding per site (the `tape.gradient` line), never one per replica call repeated
+        sites = [(f["path"], f["line"]) for f in eager]
+        assert len(sites) == len(set(sites)), findings
+        assert all(f["line"] == 14 for f in eager), findings
+        # 3 eager calls + 3 traces (a new tf.function each step), one replica per worker: 6, not 12
+        assert [f["count"] for f in eager] == [6], findings
