@@ -50,7 +50,6 @@ class Probe:
             _running = self
         try:
             from tapecheck.probe.metrics import MetricHooks
-
             from tapecheck.probe.pairing import GradientOrigins
             from tapecheck.probe.state import StateHooks, UpdateCount
             from tapecheck.probe.training import TrainingFlagHooks
