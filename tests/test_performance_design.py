@@ -349,3 +349,29 @@ def test_library_calls_do_not_cache_unless_asked(tree, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     lint_paths([str(tree)], jobs=1)
     assert not os.path.exists(tmp_path / ".tapecheck_cache")
+
+
+def test_a_worker_killed_mid_run_costs_nothing_but_time(tmp_path):
+    """SIGKILL one worker process of a real `-j 2` run: the files it held are linted again."""
+    import signal
+    import time
+
+    root = tmp_path / "many"
+    for copy in range(30):
+        shutil.copytree(ROOT / "fixtures" / "bad", root / f"copy{copy}")
+    command = [sys.executable, "-m", "tapecheck", "lint", "--no-cache", str(root)]
+    alone = subprocess.run([*command, "-j", "1"], capture_output=True, text=True, cwd=tmp_path)
+    run = subprocess.Popen([*command, "-j", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    killed = None
+    deadline = time.monotonic() + 60
+    while killed is None and run.poll() is None and time.monotonic() < deadline:
+        children = Path(f"/proc/{run.pid}/task/{run.pid}/children")
+        pids = children.read_text().split() if children.exists() else []
+        if pids:
+            killed = int(pids[0])
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.02)
+    out, err = run.communicate(timeout=300)
+    assert killed is not None, "the run ended before a worker could be killed"
+    assert "Traceback" not in err, err
+    assert (run.returncode, out) == (alone.returncode, alone.stdout)

@@ -371,7 +371,7 @@ def free_ports(count):
     return ports
 
 
-@pytest.mark.skipif(os.environ.get("TAPECHECK_MULTIWORKER") != "1", reason="two TensorFlow worker processes: set TAPECHECK_MULTIWORKER=1")
+@pytest.mark.skipif(os.environ.get("TAPECHECK_SKIP_MULTIWORKER") == "1", reason="TAPECHECK_SKIP_MULTIWORKER=1")
 def test_multi_worker_mirrored_strategy_findings_from_every_worker_each_once(tmp_path):
     (tmp_path / "worker.py").write_text(WORKER)
     ports = free_ports(2)

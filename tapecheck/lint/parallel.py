@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 
 from tapecheck.findings import FileError
@@ -169,9 +170,29 @@ def _in_processes(pending, rules: Sequence[Rule], workers: int) -> list[Report]:
     # Largest files first, so no worker is left with a big one at the end.
     order = sorted(range(len(pending)), key=lambda i: -len(pending[i][2]))
     done: list[Report | None] = [None] * len(pending)
-    with ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init_worker,
-                             initargs=(project_index,)) as pool:
-        futures = {i: pool.submit(_work, pending[i][1], pending[i][2], codes) for i in order}
-        for i, future in futures.items():
-            done[i] = future.result()
+    try:
+        with ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init_worker,
+                                 initargs=(project_index,)) as pool:
+            futures = {i: pool.submit(_work, pending[i][1], pending[i][2], codes) for i in order}
+            for i, future in futures.items():
+                done[i] = future.result()
+    except BrokenProcessPool:
+        # A worker died (killed, or a crash in native code): the pool is gone with every file
+        # still in flight. Retry those one process each, so only the guilty file is reported.
+        for i in order:
+            if done[i] is None:
+                done[i] = _alone(pending[i][1], pending[i][2], codes, project_index)
     return done
+
+
+def _alone(path: str, source: bytes, codes: tuple[str, ...], project_index) -> Report:
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        with ProcessPoolExecutor(1, mp_context=_context(), initializer=_init_worker,
+                                 initargs=(project_index,)) as pool:
+            return pool.submit(_work, path, source, codes).result()
+    except BrokenProcessPool:
+        report = Report(files_checked=1)
+        report.errors.append(FileError(path, "the linting process died on this file (please report it)"))
+        return report
