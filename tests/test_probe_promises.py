@@ -25,39 +25,7 @@ from tensorflow.python.eager import context
 
 import tapecheck
 from tapecheck.probe import ProbeError
-
-
-def _all_subclasses(cls):
-    out, stack = set(), [cls]
-    while stack:
-        current = stack.pop()
-        if current not in out:
-            out.add(current)
-            stack.extend(current.__subclasses__())
-    return out
-
-
-def patched_objects():
-    """Every attribute the probe may replace, as the exact objects found now."""
-    from tensorflow.python.data.ops import dataset_ops
-
-    found = {}
-    for name in ("__init__", "__enter__", "__exit__", "watch", "gradient", "jacobian", "batch_jacobian"):
-        found[("GradientTape", name)] = tf.GradientTape.__dict__[name]
-    for cls in _all_subclasses(keras.metrics.Metric):
-        for name in ("update_state", "result", "reset_state", "__init_subclass__"):
-            found[(cls, name)] = cls.__dict__.get(name, "absent")
-    for cls in _all_subclasses(keras.optimizers.Optimizer) | {keras.optimizers.Optimizer.__mro__[-2]}:
-        for parent in cls.__mro__:
-            found[(parent, "apply")] = parent.__dict__.get("apply", "absent")
-    found[("DatasetV2", "__iter__")] = dataset_ops.DatasetV2.__dict__["__iter__"]
-    return found
-
-
-def assert_restored(before):
-    after = patched_objects()
-    for key, original in before.items():
-        assert after[key] is original, key
+from probe_objects import assert_restored, patched_objects
 
 
 def small_step(w, b):
@@ -80,7 +48,7 @@ def test_restores_the_identical_objects_on_exit_error_and_keyboard_interrupt():
     before = patched_objects()
     w, b = tf.Variable(1.0), tf.Variable(2.0)
     with tapecheck.probe():
-        assert tf.GradientTape.__dict__["gradient"] is not before[("GradientTape", "gradient")]
+        assert tf.GradientTape.__dict__["gradient"] is not before[(tf.GradientTape, "gradient")]
         assert "__init_subclass__" in keras.metrics.Metric.__dict__
         small_step(w, b)
     assert_restored(before)

@@ -27,40 +27,7 @@ from tensorflow.python.eager import context
 
 import tapecheck
 from tapecheck.probe import ProbeError
-
-
-def _all_subclasses(cls):
-    out, stack = set(), [cls]
-    while stack:
-        current = stack.pop()
-        if current not in out:
-            out.add(current)
-            stack.extend(current.__subclasses__())
-    return out
-
-
-def patched_objects():
-    """Every attribute the probe may replace, as the exact objects found now."""
-    from tensorflow.python.data.ops import dataset_ops
-
-    found = {}
-    for name in ("__init__", "__enter__", "__exit__", "watch", "reset", "gradient", "jacobian", "batch_jacobian"):
-        found[("GradientTape", name)] = tf.GradientTape.__dict__.get(name, "absent")
-    for cls in _all_subclasses(keras.metrics.Metric):
-        for name in ("update_state", "result", "reset_state", "__init_subclass__"):
-            found[(cls, name)] = cls.__dict__.get(name, "absent")
-    for cls in _all_subclasses(keras.optimizers.Optimizer) | {keras.optimizers.Optimizer.__mro__[-2]}:
-        for parent in cls.__mro__:
-            for name in ("apply", "apply_gradients"):
-                found[(parent, name)] = parent.__dict__.get(name, "absent")
-    found[("DatasetV2", "__iter__")] = dataset_ops.DatasetV2.__dict__["__iter__"]
-    return found
-
-
-def assert_restored(before):
-    after = patched_objects()
-    for key, original in before.items():
-        assert after.get(key, "absent") is original, key
+from probe_objects import assert_restored, patched_objects
 
 
 def small_step(w, b):
