@@ -18,6 +18,7 @@ import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 
 from tapecheck.probe import sites
+from tapecheck.probe.patching import subclasses
 from tapecheck.probe.report import report_internal_error
 
 _WRAPPED = ("update_state", "result", "reset_state")
@@ -47,7 +48,7 @@ class MetricHooks:
 
         self._patcher = patcher
         base = keras.metrics.Metric
-        for cls in _subclasses(base):
+        for cls in subclasses(base):
             self.wrap_class(cls)
         hooks = self
         own = base.__dict__.get("__init_subclass__")
@@ -186,14 +187,3 @@ def _snapshot(metric):
         return tuple(v.numpy().tobytes() for v in metric.variables)
     except Exception:  # noqa: BLE001 - a metric with unusual state: compare nothing, flag nothing
         return None
-
-
-def _subclasses(cls):
-    seen, stack = [], [cls]
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.append(current)
-        stack.extend(current.__subclasses__())
-    return seen

@@ -12,6 +12,7 @@ import threading
 import weakref
 
 from tapecheck.probe import diagnose, sites
+from tapecheck.probe.patching import subclasses
 from tapecheck.probe.report import report_internal_error
 
 
@@ -143,13 +144,7 @@ def _where(gradient_site, site) -> str:
 
 
 def _with_subclasses(cls):
-    seen, stack = [], [cls]
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.append(current)
-        stack.extend(current.__subclasses__())
+    seen = subclasses(cls)
     # The base optimizer defines `apply`; Keras's own subclasses may override it.
     for klass in list(seen):
         for parent in klass.__mro__:

@@ -13,6 +13,18 @@ import functools
 _MISSING = object()
 
 
+def subclasses(cls: type) -> list[type]:
+    """`cls` and every subclass, in discovery order (the classes whose own methods get wrapped)."""
+    seen, stack = [], [cls]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.append(current)
+        stack.extend(current.__subclasses__())
+    return seen
+
+
 class Patcher:
     def __init__(self):
         self._saved: list[tuple[type, str, object]] = []

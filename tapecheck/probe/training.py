@@ -25,6 +25,7 @@ import threading
 import weakref
 
 from tapecheck.probe import sites
+from tapecheck.probe.patching import subclasses
 from tapecheck.probe.report import report_internal_error
 
 LAYERS = ("Dropout", "BatchNormalization")
@@ -41,7 +42,7 @@ class TrainingFlagHooks:
         import keras
 
         for name in LAYERS:
-            for cls in _with_subclasses(getattr(keras.layers, name)):
+            for cls in subclasses(getattr(keras.layers, name)):
                 patcher.wrap(cls, "call", self._wrap_call)
         self.tapes.gradient_listeners.append(self._gradient_taken)
 
@@ -155,13 +156,3 @@ def _function_at_line(path: str, line: int) -> str:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or 0):
             best = node.name  # ast.walk goes outside in: the last match is the innermost
     return best
-
-
-def _with_subclasses(cls):
-    seen, stack = [], [cls]
-    while stack:
-        current = stack.pop()
-        if current not in seen:
-            seen.append(current)
-            stack.extend(current.__subclasses__())
-    return [c for c in seen if "call" in c.__dict__]
