@@ -14,7 +14,6 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Sequence
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 
 from tapecheck.findings import FileError
@@ -157,6 +156,7 @@ def _context():
 
 def _in_processes(pending, rules: Sequence[Rule], workers: int) -> list[Report]:
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     import tapecheck.lint.extract  # noqa: F401  (imported once here, inherited by forked workers)
 
@@ -187,6 +187,7 @@ def _in_processes(pending, rules: Sequence[Rule], workers: int) -> list[Report]:
 
 def _alone(path: str, source: bytes, codes: tuple[str, ...], project_index) -> Report:
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     try:
         with ProcessPoolExecutor(1, mp_context=_context(), initializer=_init_worker,
