@@ -71,7 +71,6 @@ NAME = "metric-never-reset"
 SUMMARY = "a Keras metric read every epoch is never reset"
 PROBE = True
 FIXABLE = True
-TRIGGERS = (b"etric",)  # "metrics", "Metric": a Keras metric is made from the metrics module or class
 RESULT_READ = re.compile(rb"\.[\s\\]*result\b")  # `m.result`, even split over lines
 
 

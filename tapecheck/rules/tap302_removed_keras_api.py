@@ -49,7 +49,6 @@ NAME = "removed-keras-api"
 SUMMARY = "a call Keras 3 removed (`reset_states()`, `lr=`, legacy optimizers)"
 PROBE = False
 FIXABLE = True
-TRIGGERS = (b"reset_states", b"get_gradients", b"optimizers")
 
 
 LR_KEYWORD = re.compile(rb"\blr\s*=")

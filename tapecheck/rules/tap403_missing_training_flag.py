@@ -74,7 +74,6 @@ NAME = "missing-training-flag"
 SUMMARY = "a model with Dropout/BatchNormalization trained without `training=True`, or validated with it"
 PROBE = True
 PROJECT = True  # reads the cross-file index of model definitions
-TRIGGERS = (b"GradientTape", b"training=True")
 TRAINING_TRUE = re.compile(rb"training\s*=\s*True")
 
 

@@ -66,7 +66,6 @@ CODE = "TAP501"
 NAME = "python-side-effect-in-function"
 SUMMARY = "inside `@tf.function`: `.numpy()`, `float(t)`, `print(t)` or Python randomness run only at trace time"
 PROBE = False  # no runtime twin in tapecheck.probe yet
-TRIGGERS = (b"tensorflow",)
 # The modules whose `function` the rule knows (TF_FUNCTIONS), and whole import statements of
 # them (parenthesized and backslash-continued names too).
 TF_MODULE = rb"tensorflow(?:\.compat(?:\.v[12])?)?"
