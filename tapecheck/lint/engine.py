@@ -167,7 +167,7 @@ def lint_python(
 ) -> list[Finding]:
     """Findings for Python source, sorted by position. Raises LintError on bad input.
 
-    `screen=False` parses even a file no rule's TRIGGERS occur in (tests prove the screen exact)."""
+    `screen=False` parses even a file no rule's screen admits (tests prove the screen exact)."""
     if isinstance(source, str):
         source = source.encode("utf-8", "surrogatepass")  # lone surrogates: "not valid utf-8", not a crash
     if screen and not may_fire(source, rules):
