@@ -13,14 +13,13 @@ re-validates) every node of the tree even for a read-only visitor.
   compares every node of the fixtures and rule examples).
 - `FastVisitor._walk(node)` calls the same `visit_<Type>`/`leave_<Type>`
   methods in the same order as `node.visit(visitor)`, children in the order of
-  libcst's own `_visit_and_replace_children` (read from its source once per
-  node type), without rebuilding nodes, and skips whitespace, comments,
+  libcst's own `_visit_and_replace_children` (read from its source file, each
+  file read once), without rebuilding nodes, and skips whitespace, comments,
   brackets, commas and operator tokens when the visitor has no handler for them.
 """
 
 from __future__ import annotations
 
-import inspect
 import re
 import typing
 from _thread import RLock
@@ -198,18 +197,47 @@ _TRIVIA_BASES = (
     cst.AssignEqual, cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp,
     cst.BaseAugOp, cst.Asynchronous,
 )
-# Node types that hold only whitespace, comments and punctuation.
+# Node types that hold only whitespace, comments and punctuation. `__mro__` membership,
+# not issubclass: libcst's bases are ABCs, and each issubclass answer is cached as weak
+# references (about 40,000 objects for this set) that every later garbage collection,
+# and the interpreter's exit, walk through. A test checks this equals issubclass.
 TRIVIA = frozenset(
-    c for c in vars(cst).values() if isinstance(c, type) and issubclass(c, _TRIVIA_BASES)
+    c for c in vars(cst).values()
+    if isinstance(c, type) and any(base in c.__mro__ for base in _TRIVIA_BASES)
 )
 _CHILD = re.compile(r"\bvisit_\w+\(\s*self,\s*\"(\w+)\"")
 _ATTRIBUTE_HANDLER = re.compile(r"^(visit|leave)_[A-Z]\w*_\w+$")
+_SOURCE_LINES: dict[str, list[str]] = {}  # file name -> its lines, each libcst file read once
+
+
+def _function_source(function) -> str:
+    """The text of a plain (undecorated) method, as `inspect.getsource` gives it: from its
+    `def` line through its last line of code, then any lines indented deeper than the
+    `def` (the rest of a statement, comments). A test compares the fields read from this
+    with those read through inspect for every libcst node type; inspect tokenizes each
+    block, ~1 ms a type."""
+    code = function.__code__
+    lines = _SOURCE_LINES.get(code.co_filename)
+    if lines is None:
+        with open(code.co_filename, encoding="utf-8") as handle:
+            lines = _SOURCE_LINES[code.co_filename] = handle.readlines()  # numbered as linecache numbers them
+    first = code.co_firstlineno - 1
+    indent = len(lines[first]) - len(lines[first].lstrip())
+    # The last line that has bytecode is in the body, past a signature split over lines.
+    end = max(line for _, _, line in code.co_lines() if line is not None)
+    while end < len(lines):
+        stripped = lines[end].lstrip()
+        if stripped and len(lines[end]) - len(stripped) <= indent:
+            break
+        end += 1
+    while end > first + 1 and not lines[end - 1].strip():  # trailing blank lines are not the method's
+        end -= 1
+    return "".join(lines[first:end])
 
 
 def child_fields(node_type: type) -> tuple[str, ...]:
     """The fields libcst's visit walks, in its order (from `_visit_and_replace_children`)."""
-    source = inspect.getsource(node_type._visit_and_replace_children)
-    return tuple(_CHILD.findall(source))
+    return tuple(_CHILD.findall(_function_source(node_type._visit_and_replace_children)))
 
 
 def _only_trivia(annotation) -> bool:

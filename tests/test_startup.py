@@ -1,0 +1,80 @@
+"""What one small `tapecheck lint` process pays for beyond importing libcst, kept out by design.
+
+- fastcst reads the fields libcst's visit walks from libcst's source files, each file
+  read once, instead of `inspect.getsource` per node type: the same text, checked here
+  for every libcst node type;
+- fastcst finds the trivia node types by `__mro__`, not issubclass on libcst's ABCs
+  (whose caches would leave tens of thousands of weak references for every garbage
+  collection and the interpreter's exit to walk): the same set, and no cache entries.
+
+Speed itself is measured by benchmarks/lint_speed.py, never asserted here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import libcst as cst
+
+from tapecheck.lint import fastcst
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _node_types() -> list[type]:
+    """Every subclass of CSTNode libcst defines, abstract ones included when they define the walk."""
+    found, stack = set(), [cst.CSTNode]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub not in found and sub.__module__.startswith("libcst."):
+                found.add(sub)
+                stack.append(sub)
+    return sorted(
+        (t for t in found if "_visit_and_replace_children" in vars(t) or not inspect.isabstract(t)),
+        key=lambda t: (t.__module__, t.__qualname__),
+    )
+
+
+def test_child_fields_are_read_from_the_text_inspect_reads_for_every_node_type():
+    node_types = _node_types()
+    assert len(node_types) > 150 and cst.Call in node_types and cst.FormattedStringExpression in node_types
+    for node_type in node_types:
+        method = node_type._visit_and_replace_children
+        old = inspect.getsource(method)
+        assert fastcst._function_source(method) == old, node_type
+        assert fastcst.child_fields(node_type) == tuple(fastcst._CHILD.findall(old)), node_type
+    # and the fields are the ones libcst walks, in its order
+    assert fastcst.child_fields(cst.Call) == (
+        "lpar", "func", "whitespace_after_func", "whitespace_before_args", "args", "rpar",
+    )
+
+
+def test_trivia_is_the_issubclass_set():
+    expected = frozenset(
+        c for c in vars(cst).values() if isinstance(c, type) and issubclass(c, fastcst._TRIVIA_BASES)
+    )
+    assert fastcst.TRIVIA == expected and cst.Comma in expected and cst.Name not in expected
+
+
+def _run(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_importing_the_walk_leaves_libcst_abc_caches_empty():
+    code = (
+        "import abc, libcst\n"
+        "classes = [c for c in vars(libcst).values() if isinstance(c, abc.ABCMeta)]\n"
+        "def cached():\n"
+        "    return sum(len(abc._get_dump(c)[1]) + len(abc._get_dump(c)[2]) for c in classes)\n"
+        "before = cached()\n"
+        "import tapecheck.lint.extract\n"
+        "print(len(classes), before, cached())\n"
+    )
+    count, before, after = map(int, _run(code).split())
+    assert count > 50 and after == before
