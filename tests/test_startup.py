@@ -78,3 +78,59 @@ def test_importing_the_walk_leaves_libcst_abc_caches_empty():
     )
     count, before, after = map(int, _run(code).split())
     assert count > 50 and after == before
+
+
+# -- what a run imports ----------------------------------------------------------------
+
+CLEAN = """\
+import tensorflow as tf
+
+def step(model, x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(model(x))
+    return tape.gradient(loss, model.trainable_variables)
+"""
+FIXABLE = """\
+import tensorflow as tf
+
+def end_epoch(model):
+    for metric in model.metrics:
+        metric.reset_states()
+"""
+DEFERRED = {"tapecheck.lint.fixes", "difflib", "tempfile", "tomllib"}
+
+
+def _modules_after(args: list[str], cwd: Path) -> tuple[set[str], str]:
+    """The modules loaded once `tapecheck ARGS` has run in a fresh process, and its output."""
+    code = (
+        "import sys\n"
+        "from tapecheck.cli import main\n"
+        f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+        "print('MODULES', ' '.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=False, cwd=cwd, capture_output=True, text=True,
+                         timeout=120)
+    line = [x for x in out.stdout.splitlines() if x.startswith("MODULES")]
+    assert line, out.stderr
+    return set(line[0].split()[1:]), out.stdout
+
+
+def test_a_clean_run_loads_neither_the_fixers_nor_a_toml_parser(tmp_path):
+    (tmp_path / "train.py").write_text(CLEAN)
+    (tmp_path / "pyproject.toml").write_text("[tool.tapecheck]\nignore = ['TAP501']\n")
+    loaded, output = _modules_after(["lint", "--no-cache", "train.py"], tmp_path)
+    assert "0 findings in 1 file." in output
+    assert "libcst" in loaded and "tapecheck.lint.extract" in loaded  # the file was parsed and walked
+    assert not DEFERRED & loaded, DEFERRED & loaded
+
+
+def test_each_deferred_module_loads_when_its_work_comes(tmp_path):
+    (tmp_path / "train.py").write_text(FIXABLE)
+    loaded, output = _modules_after(["lint", "--no-cache", "train.py"], tmp_path)
+    assert "TAP302" in output and "[*]" in output  # the fix was attached: the fixers ran
+    assert "tapecheck.lint.fixes" in loaded and not {"difflib", "tempfile", "tomllib"} & loaded
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    loaded, _ = _modules_after(["lint", "--no-cache", "--diff", "train.py"], tmp_path)
+    assert {"tapecheck.lint.fixes", "difflib", "tomllib"} <= loaded  # findings read the configuration
+    loaded, _ = _modules_after(["lint", "--no-cache", "--fix", "train.py"], tmp_path)
+    assert "tempfile" in loaded and "reset_state()" in (tmp_path / "train.py").read_text()

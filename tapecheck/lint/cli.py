@@ -69,7 +69,6 @@ def lint(paths, stdin_filename, config_file, select, ignore, output_format, stat
 def _run(paths, stdin_filename, config_file, select, ignore, output_format, statistics, fix, diff,
          unsafe_fixes, report_unused_suppressions, force_exclude, no_cache=False, jobs=0) -> int:
     from tapecheck.findings import FileError
-    from tapecheck.lint import fixes as fixing
     from tapecheck.lint.config import Overrides, Settings
     from tapecheck.lint.engine import LintError, Report, lint_paths, lint_source
     from tapecheck.lint.files import discover
@@ -109,6 +108,8 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
     for finding in findings:
         by_path.setdefault(finding.path, []).append(finding)
     diffs = []
+    if by_path:  # the fixers (and the modules they need) load only when there are findings
+        from tapecheck.lint import fixes as fixing
     for path, found in by_path.items():
         if not any(f.code in fixing.FIXERS and f.cell is None for f in found):
             outcome.findings.extend(found)

@@ -16,11 +16,6 @@ from dataclasses import dataclass, field
 from tapecheck.lint.files import SKIP_DIRS
 from tapecheck.rules import RULES
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 KEYS = ("select", "ignore", "per-file-ignores", "exclude", "extend-exclude")
 ALL_CODES = tuple(rule.code for rule in RULES)
 
@@ -102,6 +97,11 @@ class Config:
 
 def _table(path: str) -> dict | None:
     """The `[tool.tapecheck]` table of a TOML file, None when it has none."""
+    if sys.version_info >= (3, 11):  # imported here: a run with no pyproject.toml never needs it
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
     try:
         with open(path, "rb") as handle:
             document = tomllib.load(handle)

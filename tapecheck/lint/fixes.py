@@ -6,16 +6,17 @@ Fixes are applied one at a time, each kept only if the new text parses and
 re-linting shows one fewer finding of that code and no new finding of any
 other. Files are rewritten atomically (temp file, then rename), with their
 encoding, BOM and line endings kept.
+
+`tapecheck lint` imports this module only when a finding has a fixer, and
+`difflib`/`tempfile` load only for `--diff`/`--fix`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import io
 import os
 import re
-import tempfile
 import tokenize
 from collections import Counter
 from dataclasses import dataclass
@@ -392,6 +393,8 @@ class FixOutcome:
         return self.fixed != self.original
 
     def diff(self) -> str:
+        import difflib
+
         before = SourceText.from_bytes(self.original)
         after = SourceText.from_bytes(self.fixed)
         lines = difflib.unified_diff(
@@ -455,6 +458,8 @@ def fix_source(
 
 def atomic_write(path: str, data: bytes) -> None:
     """Replace a file's contents all at once: a crash leaves the old file or the new, never half."""
+    import tempfile
+
     target = os.path.realpath(path)  # through a symlink, not over it
     folder = os.path.dirname(target) or "."
     try:

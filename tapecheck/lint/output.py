@@ -1,12 +1,12 @@
 """Print a lint run: `text`, `json`, `sarif` or `github`, and `--statistics`.
 
 Each formatter turns an `Outcome` into one string, so formats are easy to test
-and a format never mixes with another on stdout.
+and a format never mixes with another on stdout. `json` is imported by the formats
+that write it, not by every run.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -108,6 +108,8 @@ def _finding_json(finding: Finding, outcome: Outcome) -> dict:
 
 
 def to_json(outcome: Outcome) -> str:
+    import json
+
     document = {
         "version": JSON_VERSION,
         "tool": {"name": "tapecheck", "version": __version__},
@@ -158,6 +160,8 @@ def _sarif_rule(rule) -> dict:
 
 
 def to_sarif(outcome: Outcome) -> str:
+    import json
+
     rules = [_sarif_rule(rule) for rule in RULES]
     index = {rule.code: position for position, rule in enumerate(RULES)}
     rules.append({
@@ -249,6 +253,8 @@ def statistics(outcome: Outcome, as_json: bool = False) -> str:
     fixable = Counter(f.code for f in outcome.findings if outcome.fixable(f))
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     if as_json:
+        import json
+
         table = [
             {"code": code, "name": getattr(RULES_BY_CODE.get(code), "name", ""), "count": count, "fixable": fixable[code]}
             for code, count in rows
