@@ -134,3 +134,33 @@ def test_each_deferred_module_loads_when_its_work_comes(tmp_path):
     assert {"tapecheck.lint.fixes", "difflib", "tomllib"} <= loaded  # findings read the configuration
     loaded, _ = _modules_after(["lint", "--no-cache", "--fix", "train.py"], tmp_path)
     assert "tempfile" in loaded and "reset_state()" in (tmp_path / "train.py").read_text()
+
+
+def _exit_freeze(args_list: list[list[str]], cwd: Path) -> list[str]:
+    """Run tapecheck commands in one fresh process: whether anything is frozen after each,
+    and at exit how many times gc.freeze ran and whether it froze anything."""
+    code = (
+        "import atexit, gc\n"
+        "calls = []\n"
+        "real_freeze = gc.freeze\n"
+        "def counted():\n    calls.append(1)\n    real_freeze()\n"
+        "gc.freeze = counted\n"
+        "atexit.register(lambda: print('AT EXIT', len(calls), gc.get_freeze_count() > 0))  # first in: runs last\n"
+        "from tapecheck.cli import main\n"
+        "for args in " + repr(args_list) + ":\n"
+        "    try:\n        main(args)\n    except SystemExit:\n        pass\n"
+        "    print('DURING', gc.get_freeze_count())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=False, cwd=cwd, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [line for line in out.stdout.splitlines() if line.startswith(("DURING", "AT EXIT"))]
+
+
+def test_lint_freezes_the_collector_at_exit_and_only_then(tmp_path):
+    """`lint` leaves libcst's objects to the operating system at exit instead of letting the final
+    collections walk and tear them down; before exit, the collector is untouched."""
+    (tmp_path / "train.py").write_text(CLEAN)
+    lint = ["lint", "--no-cache", "train.py"]
+    assert _exit_freeze([lint, lint], tmp_path) == ["DURING 0", "DURING 0", "AT EXIT 1 True"]
+    assert _exit_freeze([["--version"]], tmp_path) == ["DURING 0", "AT EXIT 0 False"]  # other commands: never

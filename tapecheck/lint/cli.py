@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 
 import click
@@ -26,6 +28,22 @@ class _Suppressed:
             self._text = text
             self._lines = {(s.line, code) for s in scan(text, self.path) for code in (s.codes or ("*",))}
         return (finding.line, finding.code) not in self._lines and (finding.line, "*") not in self._lines
+
+
+def _skip_the_last_collections() -> None:
+    """At exit, freeze the collector's objects instead of letting it walk them again.
+
+    Python's finalization runs full collections over everything still alive, libcst's
+    ~28,000 module-level objects (classes, dataclass-generated functions) included, and
+    tears their cycles down one by one: ~25 ms of a small run, all spent after the
+    output is written. `gc.freeze()` as the last exit handler (registered first; they
+    run in reverse) leaves them to the operating system. Nothing the linter leaves
+    alive needs a finalizer (files are closed by `with`, worker pools shut down by
+    `with`); registered from `lint` only, never for the TensorFlow commands, and it
+    does nothing until the process exits, so a caller's collector is untouched.
+    """
+    atexit.unregister(gc.freeze)  # once per process, however many times lint runs in it
+    atexit.register(gc.freeze)
 
 
 @click.command()
@@ -55,6 +73,7 @@ def lint(paths, stdin_filename, config_file, select, ignore, output_format, stat
     """
     from tapecheck.lint.config import ConfigError
 
+    _skip_the_last_collections()
     if (fix or diff) and "-" in paths:
         raise click.UsageError("--fix and --diff rewrite files; they do not apply to standard input")
     try:
