@@ -36,8 +36,8 @@ def _skip_the_last_collections() -> None:
     Python's finalization runs full collections over everything still alive, libcst's
     ~28,000 module-level objects (classes, dataclass-generated functions) included, and
     tears their cycles down one by one: ~25 ms of a small run, all spent after the
-    output is written. `gc.freeze()` as the last exit handler (registered first; they
-    run in reverse) leaves them to the operating system. Nothing the linter leaves
+    output is written. `gc.freeze()` as an exit handler (those run before the final
+    collections) leaves them to the operating system. Nothing the linter leaves
     alive needs a finalizer (files are closed by `with`, worker pools shut down by
     `with`); registered from `lint` only, never for the TensorFlow commands, and it
     does nothing until the process exits, so a caller's collector is untouched.
