@@ -53,7 +53,8 @@ def may_fire(source: bytes, rules: Sequence[Rule]) -> bool:
     return any(rule_screen(rule)(source) for rule in rules)
 
 
-def _check_encoding(source: bytes) -> None:
+def _check_encoding(source: bytes) -> str:
+    """The file's encoding; LintError when the source does not decode with it."""
     import io
     import tokenize
 
@@ -70,16 +71,26 @@ def _check_encoding(source: bytes) -> None:
         raise LintError(
             f"not valid {encoding} (byte {exc.start}, line {line}); declare the file's encoding with a coding cookie"
         ) from None
+    return encoding
+
+
+def _checked(source: bytes) -> tuple[str, object]:
+    """The checks before libcst may see a file: its encoding and, when Python's parser ran, its `ast` tree."""
+    if b"\0" in source:
+        raise LintError("binary file (contains NUL bytes), not Python source")
+    encoding = _check_encoding(source)
+    return encoding, _check_nesting(source)
 
 
 def parse(source: bytes):
-    """Parse bytes with libcst (which honours coding cookies and BOMs)."""
+    """Parse a whole file with libcst (which honours coding cookies and BOMs)."""
+    _checked(source)
+    return _libcst_parse(source)
+
+
+def _libcst_parse(source: bytes | str):
     import libcst as cst
 
-    if b"\0" in source:
-        raise LintError("binary file (contains NUL bytes), not Python source")
-    _check_encoding(source)
-    _check_nesting(source)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -102,10 +113,11 @@ NESTING_SCREEN = 400  # below this many nesting tokens in the whole file, no che
 _NESTING_TOKENS = re.compile(rb"[-+~*/%@&|^<>.(\[{]|\b(?:not|and|or|if|else|lambda|await|yield)\b")
 
 
-def _check_nesting(source: bytes) -> None:
-    """Raise LintError for code nested too deeply for libcst to parse safely."""
+def _check_nesting(source: bytes):
+    """Raise LintError for code nested too deeply for libcst to parse safely; else Python's
+    `ast` tree of the file when the check needed it (None when the file is plainly shallow)."""
     if len(_NESTING_TOKENS.findall(source)) <= NESTING_SCREEN:
-        return  # no expression nests deeper than the operators, brackets and keywords it holds
+        return None  # no expression nests deeper than the operators, brackets and keywords it holds
     import ast
     import warnings
 
@@ -116,11 +128,11 @@ def _check_nesting(source: bytes) -> None:
     except SyntaxError as exc:
         if "too many nested parentheses" in str(exc.msg) or "too many levels of indentation" in str(exc.msg):
             raise LintError(f"syntax error at line {exc.lineno}: {exc.msg}") from None
-        return  # other syntax errors (or syntax newer than this Python): libcst reports or parses them
+        return None  # other syntax errors (or syntax newer than this Python): libcst reports or parses them
     except (RecursionError, MemoryError):
         raise LintError("expression nested too deeply to parse") from None
     except ValueError:
-        return
+        return None
     stack = [(tree, 0)]
     while stack:
         node, level = stack.pop()
@@ -130,6 +142,7 @@ def _check_nesting(source: bytes) -> None:
             where = f" (line {node.lineno})" if hasattr(node, "lineno") else ""
             raise LintError(f"code nested too deeply to lint: more than {MAX_NESTING} levels{where}")
         stack.extend((child, level + 1) for child in ast.iter_child_nodes(node))
+    return tree
 
 
 def _syntax_error_message(source: bytes, exc) -> str:
@@ -172,15 +185,9 @@ def lint_python(
         source = source.encode("utf-8", "surrogatepass")  # lone surrogates: "not valid utf-8", not a crash
     if screen and not may_fire(source, rules):
         return []
-    # Imported only past the screen: a run on files no rule can fire on never loads libcst.
-    from tapecheck.lint.extract import extract
+    facts = _facts(source, path)
     from tapecheck.lint.project import current as current_project
 
-    module = parse(source)
-    try:
-        facts = extract(module, path)
-    except RecursionError:  # deep but valid (hundreds of adjacent strings, long `+` chains): more stack
-        facts = _on_a_deep_stack(extract, module, path)
     facts.project = current_project()  # what the other files of this run define, if any
     findings: set[Finding] = set()
     for rule in rules:
@@ -195,6 +202,31 @@ def lint_python(
                 f"internal error in {rule.code} ({type(exc).__name__}: {exc}); please report it with this file"
             ) from exc
     return sorted(findings)
+
+
+def _facts(source: bytes, path: str):
+    # Imported only past the screen: a run on files no rule can fire on never loads libcst.
+    from tapecheck.lint.extract import extract
+
+    from tapecheck.lint import parts
+
+    encoding, tree = _checked(source)
+    spans = parts.split(source, encoding, tree)  # a large file: in parts, to bound memory
+    del tree  # Python's tree of a large file is tens of MB: gone before libcst's is built
+    if spans is not None:
+        try:
+            return _walk(lambda: extract(parts.parse_each(source, encoding, spans), path))
+        except parts.Unparsable:
+            pass  # a cut libcst does not accept alone: the whole file decides
+    module = _libcst_parse(source)
+    return _walk(lambda: extract(module, path))
+
+
+def _walk(extracting):
+    try:
+        return extracting()
+    except RecursionError:  # deep but valid (hundreds of adjacent strings, long `+` chains): more stack
+        return _on_a_deep_stack(extracting)
 
 
 DEEP_STACK_BYTES = 512 * 2**20  # reserved address space; only the pages touched are used

@@ -68,6 +68,7 @@ class FactsBuilder(FastVisitor):
         self._block_stack: list[int] = []
         self._context: list[str] = ["other"]
         self._comprehension = 0
+        self._line_offset = 0  # lines of the file before the tree being walked (see walk_parts)
 
     # -- helpers ------------------------------------------------------------
     def _pos(self, node: cst.CSTNode):
@@ -76,7 +77,9 @@ class FactsBuilder(FastVisitor):
     def _site(self, node: cst.CSTNode) -> Site:
         self._order += 1
         start = self._pos(node).start
-        return Site(start.line, start.column + 1, self._order, self._block_stack[-1], self._comprehension > 0)
+        return Site(
+            start.line + self._line_offset, start.column + 1, self._order, self._block_stack[-1], self._comprehension > 0
+        )
 
     @contextmanager
     def _block(self, kind: str, node: cst.CSTNode, header: cst.CSTNode | None = None, **extra):
@@ -85,13 +88,14 @@ class FactsBuilder(FastVisitor):
         parent = self._block_stack[-1] if self._block_stack else None
         position = self._pos(node)
         line = self._pos(header).start.line if header is not None else position.start.line
+        line += self._line_offset
         block_id = len(facts.blocks)
         if kind in ("module", "function", "class"):
             scope = block_id
         else:
             scope = facts.blocks[parent].scope
         facts.blocks.append(
-            Block(block_id, kind, parent, scope, line, position.end.line, **extra)
+            Block(block_id, kind, parent, scope, line, position.end.line + self._line_offset, **extra)
         )
         self._block_stack.append(block_id)
         try:
@@ -193,10 +197,37 @@ class FactsBuilder(FastVisitor):
         return flags["persistent"], flags["watch_accessed_variables"]
 
     # -- module, functions, classes ------------------------------------------
-    def visit_Module(self, node: cst.Module):
-        with self._block("module", node):
-            for statement in node.body:
+    def walk_parts(self, parts) -> FileFacts:
+        """Walk a file given as trees of consecutive runs of its statements (`parts.Part`):
+        one module block, statements in file order. A run that goes on with a class body
+        re-enters that class's block. Each tree is dropped once walked."""
+        facts = self.facts
+        module_block = Block(len(facts.blocks), "module", None, len(facts.blocks), 1, 1)
+        facts.blocks.append(module_block)
+        self._block_stack.append(module_block.id)
+        for self._line_offset, module, continues_class in parts:
+            self.positions = Positions(module)
+            statements, klass, statement = module.body, None, None
+            if continues_class:
+                klass = statements[0]
+                block = next(b for b in reversed(facts.blocks) if b.kind == "class" and b.parent == module_block.id)
+                self._block_stack.append(block.id)
+                self._walk(klass.body)
+                self._block_stack.pop()
+                block.end_line = self._pos(klass).end.line + self._line_offset
+                statements = statements[1:]
+            for statement in statements:
                 self._walk(statement)
+            module_block.end_line = self._pos(module).end.line + self._line_offset
+            # Let this tree go before the next is parsed: two alive at once would double the peak.
+            module = klass = statements = statement = self.positions = None
+        self.positions = None
+        self._line_offset = 0
+        self._block_stack.pop()
+        return facts
+
+    def visit_Module(self, node: cst.Module):  # libcst's own traversal enters here (tests compare with it)
+        self.walk_parts(((0, node, False),))
         return False
 
     def visit_FunctionDef(self, node: cst.FunctionDef):
@@ -459,7 +490,7 @@ class FactsBuilder(FastVisitor):
                 keywords[arg.keyword.value] = self.summarize(arg.value)
             elif not arg.star:
                 args.append(self.summarize(arg.value))
-        end = self._pos(node).end.line
+        end = self._pos(node).end.line + self._line_offset
         self.facts.calls.append(Call(site, func, tuple(args), keywords, end, end_order=self._order))
         return False
 
@@ -511,8 +542,9 @@ class FactsBuilder(FastVisitor):
         return False
 
 
-def extract(module: cst.Module, path: str) -> FileFacts:
-    builder = FactsBuilder(path)
-    builder.positions = Positions(module)
-    builder._walk(module)
-    return builder.facts
+def extract(parts, path: str) -> FileFacts:
+    """The facts of one file: from its module, or from the trees of consecutive runs of its
+    statements, in order (`tapecheck.lint.parts`)."""
+    if isinstance(parts, cst.Module):
+        parts = ((0, parts, False),)
+    return FactsBuilder(path).walk_parts(parts)

@@ -1,0 +1,116 @@
+"""Parse a large file as several small libcst trees, one alive at a time.
+
+libcst's tree costs about 350 bytes of memory per byte of source (its tree of
+TensorFlow's generated `gen_math_ops.py`, 590 KB, is ~190 MB) and fastcst's
+positions half as much again. A file larger than PART_CHARS is cut into runs of
+whole statements of at most PART_CHARS each (or one larger statement), parsed
+and walked one after the other, so peak memory follows the largest run, not the
+file. The facts are the same as from the whole tree (a test compares them).
+
+Cuts fall only where Python's own parser (`ast`, already run by the nesting
+check) says a statement starts a line:
+- between top-level statements: each run is then a valid module by itself;
+- between the statements of a top-level class body (test classes of 100+ KB are
+  common). The run that goes on with the class starts with a copy of the class
+  header (`class Name(Base):`), which makes it a valid module; the walker
+  re-enters the class's block instead of opening a second one.
+A run libcst still refuses makes the caller parse the file whole.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, NamedTuple
+
+PART_CHARS = 16 * 1024
+
+
+class Unparsable(Exception):
+    """A run libcst cannot parse alone: parse the whole file instead."""
+
+
+class Span(NamedTuple):
+    lines_before: int  # lines of the file before `start`, less those of `header`
+    start: int  # character offsets in the decoded source
+    end: int
+    header: str  # "" or the class header this run goes on with
+
+
+class Part(NamedTuple):
+    lines_before: int  # add to the tree's line numbers to get the file's
+    module: object  # libcst.Module
+    continues_class: bool  # its first statement is the rest of the class the last run ended in
+
+
+def split(source: bytes, encoding: str, tree) -> list[Span] | None:
+    """Spans of at most about PART_CHARS, or None when the file is small or cannot be cut safely."""
+    if tree is None or len(source) <= PART_CHARS:
+        return None
+    text = source.decode(encoding)
+    if "\r" in text:
+        return None  # Python and libcst count lines alike on \n only: old Mac/Windows files parse whole
+    line_starts = [0]
+    line_starts.extend(m.end() for m in re.finditer("\n", text))
+
+    def first_line_of(statement) -> int:
+        decorators = getattr(statement, "decorator_list", None)
+        return decorators[0].lineno if decorators else statement.lineno
+
+    def starts_line(statement, indent: int) -> int | None:
+        """The line where `statement` (its first decorator) starts, if nothing but `indent` precedes it."""
+        decorators = getattr(statement, "decorator_list", None)
+        line = first_line_of(statement)
+        begin = line_starts[line - 1]
+        if text[begin:begin + indent].strip(" \t") or text[begin + indent] in " \t":
+            return None
+        if decorators and text[begin + indent] != "@":
+            return None  # `@` on an earlier line than the decorator's expression
+        if not decorators and statement.col_offset != indent:
+            return None  # after a `;`
+        return line
+
+    cuts: list[tuple[int, str]] = []  # (line a run may start at, class header to repeat there)
+    for index, statement in enumerate(tree.body):
+        line = starts_line(statement, 0)
+        if index and line is not None:
+            cuts.append((line, ""))
+        body = statement.body if type(statement).__name__ == "ClassDef" else ()
+        if line is None or len(body) < 2:
+            continue  # not a class, or a one-line one: cut around it, never inside
+        first_line = first_line_of(body[0])
+        if first_line == statement.lineno:
+            continue  # `class A: x = 1`
+        indent = body[0].col_offset
+        header = text[line_starts[statement.lineno - 1]:line_starts[first_line - 1]]
+        for member in body[1:]:
+            member_line = starts_line(member, indent)
+            if member_line is not None:
+                cuts.append((member_line, header))
+    spans: list[Span] = []
+    start_line, start, header = 1, 0, ""
+    offsets = [line_starts[line - 1] for line, _ in cuts] + [len(text)]
+    for index, (line, cut_header) in enumerate(cuts):
+        # Cut before this statement when the run would outgrow PART_CHARS with it.
+        if offsets[index] > start and offsets[index + 1] - start > PART_CHARS:
+            spans.append(Span(start_line - 1 - header.count("\n"), start, offsets[index], header))
+            start_line, start, header = line, offsets[index], cut_header
+    if not spans:
+        return None
+    spans.append(Span(start_line - 1 - header.count("\n"), start, len(text), header))
+    return spans
+
+
+def parse_each(source: bytes, encoding: str, spans: list[Span]) -> Iterator[Part]:
+    """The runs' trees, one at a time."""
+    import libcst as cst
+
+    text = source.decode(encoding)
+    for span in spans:
+        try:
+            module = cst.parse_module(span.header + text[span.start:span.end])
+        except Exception:  # noqa: BLE001 - any failure: the whole file decides (and reports) instead
+            raise Unparsable from None
+        if span.header and not (module.body and isinstance(module.body[0], cst.ClassDef)):
+            raise Unparsable
+        yield Part(span.lines_before, module, bool(span.header))
+        del module  # not alive while the next one is parsed

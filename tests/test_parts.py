@@ -1,0 +1,143 @@
+"""A large file is parsed in parts (tapecheck/lint/parts.py): the facts and findings must be
+exactly those of the whole tree. PART_CHARS is set tiny here so that every file is cut at
+every place the splitter allows."""
+
+from __future__ import annotations
+
+import pytest
+from test_performance_design import SOURCES
+
+from tapecheck.lint import engine, parts
+from tapecheck.lint.engine import LintError, lint_python
+from tapecheck.lint.extract import extract
+
+TRICKY = {
+    "decorated_class.py": (
+        "import tensorflow as tf\n\n@register\n@other(1,\n       2)\nclass Model(tf.keras.Model,\n"
+        "            metaclass=M):  # header comment\n    '''Doc.'''\n\n    # lead comment\n"
+        "    @tf.function\n    @staticmethod\n    def step(x):\n        with tf.GradientTape() as tape:\n"
+        "            y = x * x\n        return tape.gradient(y, x)\n\n    size = 3; other = 4\n\n"
+        "    @ property\n    def p(self):\n        return self.size\n\n"
+        "    class Inner:\n        def f(self):\n            pass\n\n    def g(self):\n        pass\n"
+        "x = Model(); y = 2\nprint(x.step(y))\n"
+    ),
+    "one_line_class.py": "class A: x = 1; y = 2\nclass B:\n    z = 3\ndef f():\n    return A.x\n",
+    "tabs.py": "class A:\n\tdef f(self):\n\t\treturn 1\n\tdef g(self):\n\t\treturn 2\nprint(A)\n",
+    "continued_blank_line.py": "x = 1\n\\\ny = 2\nclass A:\n    a = 1\n    b = 2\n",
+    "latin1.py": "# -*- coding: latin-1 -*-\ns = 'caf\xe9'\nclass A:\n    t = 'd\xe9j\xe0'\n    def f(self):\n        return s\n",
+    "crlf_big.py": "class A:\r\n    a = 1\r\n    b = 2\r\nz = 3\r\n",
+    "nested_functions.py": (
+        "def outer():\n    def inner():\n        return 1\n    return inner\n"
+        "if True:\n    class C:\n        a = 1\n        b = 2\nelse:\n    pass\n"
+    ),
+}
+
+
+def _encoded(path: str, text: str) -> bytes:
+    return text.encode("latin-1" if path == "latin1.py" else "utf-8")
+
+
+ALL = list(SOURCES) + [(k, _encoded(k, v)) for k, v in TRICKY.items()]
+
+
+@pytest.fixture
+def tiny_parts(monkeypatch):
+    monkeypatch.setattr(parts, "PART_CHARS", 1)  # cut wherever a cut is allowed
+    monkeypatch.setattr(engine, "NESTING_SCREEN", -1)  # always run Python's parser, which gives the cuts
+
+
+def _spans(source: bytes):
+    encoding, tree = engine._checked(source)
+    return encoding, parts.split(source, encoding, tree)
+
+
+@pytest.mark.parametrize("path,source", ALL, ids=[p for p, _ in ALL])
+def test_facts_in_parts_equal_the_whole_tree(tiny_parts, path, source):
+    try:
+        encoding, spans = _spans(source)
+    except LintError:
+        pytest.skip("not lintable: nothing to compare")
+    if spans is None:
+        return  # one statement, CR line ends or a syntax error: parsed whole, nothing to compare
+    whole = extract(engine._libcst_parse(source), path)
+    try:
+        cut = extract(parts.parse_each(source, encoding, spans), path)
+    except parts.Unparsable:
+        assert path == "continued_blank_line.py", "only that file has a cut libcst refuses"
+        return
+    assert cut == whole
+
+
+def test_the_comparison_cuts_most_files_and_classes(tiny_parts):
+    cut = continued = 0
+    for _, source in ALL:
+        try:
+            _, spans = _spans(source)
+        except LintError:
+            continue
+        if spans:
+            cut += 1
+            continued += sum(1 for span in spans if span.header)
+    assert cut >= 0.8 * len(ALL) and continued >= 20
+
+
+def test_spans_cover_the_file_in_order(tiny_parts):
+    source = TRICKY["decorated_class.py"].encode()
+    _, spans = _spans(source)
+    text = source.decode()
+    assert spans[0].start == 0 and spans[-1].end == len(text)
+    assert all(a.end == b.start for a, b in zip(spans, spans[1:]))
+    starts = [text[span.start:span.end].splitlines()[0] for span in spans]
+    assert starts == [
+        "import tensorflow as tf", "@register", "    @tf.function",
+        "    size = 3; other = 4", "    @ property", "    class Inner:", "    def g(self):",
+        "x = Model(); y = 2", "print(x.step(y))",
+    ]
+    class_header = "class Model(tf.keras.Model,\n            metaclass=M):  # header comment\n"
+    assert {span.header for span in spans} == {"", class_header}
+
+
+def test_no_cut_for_cr_line_ends_or_small_files(monkeypatch):
+    monkeypatch.setattr(engine, "NESTING_SCREEN", -1)
+    assert _spans(TRICKY["crlf_big.py"].encode())[1] is None  # tiny part size not set: small file
+    monkeypatch.setattr(parts, "PART_CHARS", 1)
+    assert _spans(TRICKY["crlf_big.py"].encode())[1] is None  # CR: Python and libcst count lines differently
+
+
+def test_runs_stay_under_the_part_size_unless_one_statement_is_larger(monkeypatch):
+    monkeypatch.setattr(parts, "PART_CHARS", 2000)
+    functions = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(300))
+    methods = "".join(f"    def m{i}(self):\n        return {i}\n\n" for i in range(300))
+    big_function = "def big():\n" + "".join(f"    y{i} = {i}\n" for i in range(400))
+    source = (functions + "class Big:\n" + methods + big_function + functions).encode()
+    encoding, spans = _spans(source)
+    sizes = [span.end - span.start for span in spans]
+    assert len(spans) > 10
+    assert [size for size in sizes if size > 2000] == [len(big_function)]
+    whole = extract(engine._libcst_parse(source), "big.py")
+    assert extract(parts.parse_each(source, encoding, spans), "big.py") == whole
+
+
+def test_findings_of_the_bad_fixtures_are_the_same_in_parts(tiny_parts):
+    from test_performance_design import ROOT
+
+    compared = 0
+    for path in sorted((ROOT / "fixtures" / "bad").glob("*.py")):
+        source = path.read_bytes()
+        assert _spans(source)[1] is not None
+        in_parts = lint_python(source, str(path))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(parts, "PART_CHARS", 10**9)
+            whole = lint_python(source, str(path))
+        assert in_parts == whole and whole
+        compared += 1
+    assert compared >= 10
+
+
+def test_a_cut_libcst_refuses_falls_back_to_the_whole_file(tiny_parts):
+    source = TRICKY["continued_blank_line.py"].encode()
+    encoding, spans = _spans(source)
+    with pytest.raises(parts.Unparsable):
+        list(parts.parse_each(source, encoding, spans))
+    facts = engine._facts(source, "continued.py")  # falls back: no error, the whole file's facts
+    assert facts == extract(engine._libcst_parse(source), "continued.py")
