@@ -145,6 +145,53 @@ def test_deep_code_python_accepts_below_the_limit_still_lints(tmp_path, case):
     assert finding_lines(proc, tmp_path / "deep.py") == [LOOP_FINDING], proc.stdout
 
 
+def _full_walk_refuses(source: bytes) -> bool:
+    """The nesting check as it was: every node of Python's tree walked, none skipped."""
+    import ast
+
+    from tapecheck.lint.engine import MAX_NESTING
+
+    stack = [(ast.parse(source), 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, ast.BoolOp):
+            level += len(node.values) - 2
+        if level > MAX_NESTING:
+            return True
+        stack.extend((child, level + 1) for child in ast.iter_child_nodes(node))
+    return False
+
+
+NEAR_THE_LIMIT = {  # one level of nesting per unit; the limit falls inside each range
+    "sum": lambda n: "x = " + " + ".join(["w"] * n),
+    "unary": lambda n: "x = " + "-" * n + "w",
+    "not": lambda n: "x = " + "not " * n + "w",
+    "boolop": lambda n: "x = " + " or ".join(["w"] * n),
+    "attribute": lambda n: "x = w" + ".a" * n,
+    "lambda": lambda n: "x = " + "lambda: " * n + "w",
+    "ifexp": lambda n: "x = " + "w if w else " * n + "w",
+    "calls": lambda n: "x = " + "f(k=" * 150 + "-" * (n - 300) + "w" + ")" * 150,  # Call > keyword: 2 levels
+    "in-loops": lambda n: "".join("    " * i + "for i in w:\n" for i in range(90)) + "    " * 90 + "x = " + "-" * n + "w",
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEAR_THE_LIMIT))
+def test_the_nesting_check_refuses_exactly_what_the_full_walk_refuses(case):
+    from tapecheck.lint.engine import LintError, _check_nesting
+
+    outcomes = set()
+    for n in range(880, 1120, 7):
+        source = (NEAR_THE_LIMIT[case](n) + "  # GradientTape\n").encode()
+        try:
+            _check_nesting(source)
+            refused = False
+        except LintError:
+            refused = True
+        assert refused == _full_walk_refuses(source), (case, n)
+        outcomes.add(refused)
+    assert outcomes == {True, False}, "the range must straddle the limit"
+
+
 # -- files that lint fine however they are written ------------------------------------------
 
 def expected_from(text: str, shift: int = 0) -> list[tuple[int, str]]:

@@ -11,6 +11,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Iterable, Sequence
 
 from tapecheck.findings import FileError, Finding
@@ -113,10 +114,21 @@ NESTING_SCREEN = 400  # below this many nesting tokens in the whole file, no che
 _NESTING_TOKENS = re.compile(rb"[-+~*/%@&|^<>.(\[{]|\b(?:not|and|or|if|else|lambda|await|yield)\b")
 
 
+# Below a node, `ast` nests at most 3 levels per nesting token on its lines (`a[x:b[...], 0]`
+# is Subscript > Tuple > Slice per `[`; 4 keeps a margin), plus at most 2 per indentation
+# level for statements without a token (`for`, `try`, `with`), which Python caps at 100.
+# A subtree whose lines hold few tokens cannot reach MAX_NESTING and is not walked: the
+# check walks little more than the statements (a test compares it with the full walk).
+LEVELS_PER_TOKEN = 4
+STATEMENT_LEVELS = 2 * 100 + 3
+
+
 def _check_nesting(source: bytes):
     """Raise LintError for code nested too deeply for libcst to parse safely; else Python's
     `ast` tree of the file when the check needed it (None when the file is plainly shallow)."""
-    if len(_NESTING_TOKENS.findall(source)) <= NESTING_SCREEN:
+    lines = source.split(b"\n")
+    tokens_before = list(accumulate((len(_NESTING_TOKENS.findall(line)) for line in lines), initial=0))
+    if tokens_before[-1] <= NESTING_SCREEN:
         return None  # no expression nests deeper than the operators, brackets and keywords it holds
     import ast
     import warnings
@@ -133,6 +145,8 @@ def _check_nesting(source: bytes):
         raise LintError("expression nested too deeply to parse") from None
     except ValueError:
         return None
+    # Python also ends lines at a lone CR: then ast's line numbers are not indexes into `lines`.
+    bounded = b"\r" not in source
     stack = [(tree, 0)]
     while stack:
         node, level = stack.pop()
@@ -141,6 +155,11 @@ def _check_nesting(source: bytes):
         if level > MAX_NESTING:
             where = f" (line {node.lineno})" if hasattr(node, "lineno") else ""
             raise LintError(f"code nested too deeply to lint: more than {MAX_NESTING} levels{where}")
+        end = getattr(node, "end_lineno", None)
+        if bounded and end is not None:
+            tokens = tokens_before[end] - tokens_before[node.lineno - 1]
+            if level + LEVELS_PER_TOKEN * tokens + STATEMENT_LEVELS <= MAX_NESTING:
+                continue
         stack.extend((child, level + 1) for child in ast.iter_child_nodes(node))
     return tree
 

@@ -13,6 +13,8 @@ def report(facts, site, code: str, message: str, hint: str = "") -> Finding:
 
 def keras_member(dotted: str, package: str) -> str:
     """`Mean` for `keras.metrics.Mean` (any Keras flavour) when in `package`, else ""."""
+    if "keras" not in dotted:
+        return ""  # most names: every root holds "keras"
     for root in KERAS_ROOTS:
         for middle in (f"{package}.", f"src.{package}.", f"api.{package}."):
             prefix = root + middle
