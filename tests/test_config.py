@@ -61,6 +61,17 @@ def test_select_all_and_prefixes(tmp_path):
     assert codes(run("lint", str(tmp_path)).output, tmp_path) == {("train.py", "TAP101")}
 
 
+def test_deselected_rules_do_not_run_so_their_screens_parse_nothing(tmp_path):
+    # Only TAP302's screen admits this file (`reset_states`), and it does not parse: a file
+    # tapecheck parses is reported broken, one no selected rule looks at is not opened by libcst.
+    (tmp_path / "broken.py").write_text("metric.reset_states()\ndef broken(:\n")
+    everything = run("lint", "--no-cache", str(tmp_path))
+    assert "syntax error" in everything.output
+    project(tmp_path, 'ignore = ["TAP302"]\n', files=())
+    assert "syntax error" not in run("lint", "--no-cache", str(tmp_path)).output
+    assert "syntax error" not in run("lint", "--no-cache", "--select", "TAP101", str(tmp_path / "broken.py")).output
+
+
 def test_config_is_found_walking_up_from_the_linted_path(tmp_path):
     project(tmp_path, 'ignore = ["TAP302"]\n', files=("src/pkg/train.py",))
     result = run("lint", str(tmp_path / "src" / "pkg" / "train.py"))

@@ -108,13 +108,14 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
             if len(sources[name]) > MAX_FILE_BYTES:
                 sources[name] = b""
                 raise LintError(f"input too large to lint (over {MAX_FILE_BYTES // 2**20} MiB)")
-            report.findings.extend(lint_source(sources[name], name))
+            report.findings.extend(lint_source(sources[name], name, settings.rules_for([name])))
         except LintError as exc:
             report.errors.append(FileError(name, str(exc)))
     files, missing = discover([p for p in paths if p != "-"], settings.excluded, force_exclude)
     report.errors.extend(missing)
     if files:
-        report.extend(lint_paths(files, jobs=jobs or None, cache=not no_cache))
+        # Deselected rules never run: their screens do not make files parse, their index is not built.
+        report.extend(lint_paths(files, settings.rules_for(files), jobs=jobs or None, cache=not no_cache))
 
     findings = [f for f in report.findings if settings.enabled(f.code, f.path)]
     linted = list(sources) + files

@@ -203,6 +203,15 @@ class Settings:
     def enabled(self, code: str, path: str) -> bool:
         return self.for_path(path).enabled(code, path)
 
+    def rules_for(self, paths) -> list:
+        """The catalog's rules that some file of `paths` may report: the ones selected and
+        not ignored by the configuration of at least one of them. Only these run; the
+        per-file ignores still filter their findings afterwards."""
+        from tapecheck.rules import RULES
+
+        configs = {id(config): config for config in map(self.for_path, paths)}.values()
+        return [rule for rule in RULES if any(rule.code in c.select and rule.code not in c.ignore for c in configs)]
+
     def excluded(self, path: str, is_dir: bool) -> bool:
         """Whether discovery skips this file or folder: the settings of the folder holding it decide."""
         config = self._fixed or self._for_folder(os.path.dirname(os.path.abspath(path)))
