@@ -24,8 +24,9 @@ Bytecode: every measured process runs with bytecode writing allowed
 and every command runs once unmeasured first, so the .pyc files exist and no figure
 includes compiling tapecheck's or libcst's source (~70 ms a process otherwise).
 
-Peak memory is the largest resident size the process tree reached (sampled from /proc
-every 10 ms on Linux, else the largest single process from getrusage).
+Peak memory is the largest resident size the process tree reached, sampled from /proc
+every 10 ms on Linux (else the largest single process from getrusage): summed RSS, and
+summed PSS, which counts a page forked workers share with their parent once.
 """
 
 from __future__ import annotations
@@ -65,20 +66,29 @@ def default_tree() -> list[str]:
     return paths
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants (Linux /proc)."""
-    total, stack = 0, [pid]
+def _tree_memory(pid: int) -> tuple[int, int]:
+    """Resident bytes of a process and all its descendants (Linux /proc): summed RSS, which
+    counts pages a forked worker shares with its parent once per process, and summed PSS,
+    which splits each shared page among the processes sharing it (what the tree really holds)."""
+    rss = pss = 0
+    stack = [pid]
     while stack:
         current = stack.pop()
         try:
             with open(f"/proc/{current}/statm") as handle:
-                total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                resident = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            rss += resident
+            try:
+                with open(f"/proc/{current}/smaps_rollup") as handle:
+                    pss += next(int(line.split()[1]) * 1024 for line in handle if line.startswith("Pss:"))
+            except (OSError, StopIteration):
+                pss += resident
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as handle:
                     stack.extend(int(child) for child in handle.read().split())
         except (OSError, ValueError):
             continue
-    return total
+    return rss, pss
 
 
 def child_env() -> dict[str, str]:
@@ -101,12 +111,13 @@ def measure(command: list[str], cwd: str) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    peak = [0]
+    peak = [0, 0]  # summed RSS, summed PSS
     sampling = os.path.isdir("/proc/self/task")
 
     def sample():
         while process.poll() is None:
-            peak[0] = max(peak[0], _tree_rss(process.pid))
+            rss, pss = _tree_memory(process.pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             time.sleep(0.01)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -121,7 +132,8 @@ def measure(command: list[str], cwd: str) -> dict:
     largest = after.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
     if process.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{output.decode()[-2000:]}")
-    return {"wall": wall, "cpu": cpu, "memory": max(peak[0], 0) or largest, "output": output.decode()}
+    return {"wall": wall, "cpu": cpu, "memory": peak[0] or largest, "pss": peak[1] or largest,
+            "output": output.decode()}
 
 
 def screened_files(paths: list[str]) -> tuple[list[str], int, int, int]:
@@ -191,13 +203,14 @@ def bench_tree(name: str, paths: list[str], runs: int, work: str) -> dict:
     else:
         print(f"tapecheck says: {summaries.pop()}")
     print(f"median of {runs} runs, each a fresh process; CPU = user+system of the process tree\n")
-    print(f"| {'run':<28} | {'wall s':>8} | {'CPU s':>8} | {'peak MB':>8} |")
-    print(f"|{'-' * 30}|{'-' * 10}|{'-' * 10}|{'-' * 10}|")
+    print(f"| {'run':<28} | {'wall s':>8} | {'CPU s':>8} | {'peak RSS MB':>11} | {'peak PSS MB':>11} |")
+    print(f"|{'-' * 30}|{'-' * 10}|{'-' * 10}|{'-' * 13}|{'-' * 13}|")
     table = {}
     for kind, measured in results.items():
-        table[kind] = {key: median(measured, key) for key in ("wall", "cpu", "memory")}
+        table[kind] = {key: median(measured, key) for key in ("wall", "cpu", "memory", "pss")}
         row = table[kind]
-        print(f"| {kind:<28} | {row['wall']:>8.2f} | {row['cpu']:>8.2f} | {row['memory'] / 2**20:>8.0f} |")
+        print(f"| {kind:<28} | {row['wall']:>8.2f} | {row['cpu']:>8.2f} | {row['memory'] / 2**20:>11.0f} "
+              f"| {row['pss'] / 2**20:>11.0f} |")
     floor = table["libcst parse floor"]
     cold, single, warm = table["tapecheck cold"], table["tapecheck cold, 1 process"], table["tapecheck warm"]
     print()
