@@ -10,9 +10,9 @@ import functools
 import os
 import re
 import stat
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Iterable, Sequence
 
 from tapecheck.findings import FileError, Finding
 from tapecheck.rules import RULES, Rule
@@ -225,9 +225,8 @@ def lint_python(
 
 def _facts(source: bytes, path: str):
     # Imported only past the screen: a run on files no rule can fire on never loads libcst.
-    from tapecheck.lint.extract import extract
-
     from tapecheck.lint import parts
+    from tapecheck.lint.extract import extract
 
     encoding, tree = _checked(source)
     spans = parts.split(source, encoding, tree)  # a large file: in parts, to bound memory

@@ -20,7 +20,8 @@ A run libcst still refuses makes the caller parse the file whole.
 from __future__ import annotations
 
 import re
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 PART_CHARS = 16 * 1024
 

@@ -59,7 +59,13 @@ import re
 
 from tapecheck.rules._common import report
 from tapecheck.rules._flow import (
-    METADATA_CALLS, call_span, callee_of, is_metadata, method_of, spans_of, within,
+    METADATA_CALLS,
+    call_span,
+    callee_of,
+    is_metadata,
+    method_of,
+    spans_of,
+    within,
 )
 
 CODE = "TAP501"
@@ -87,15 +93,6 @@ def screen(source: bytes) -> bool:
         names = re.findall(rb"\bas[ \t]+(\w+)", text) or [b"tensorflow"]
         for name in names:
             if re.search(re.escape(name) + rb"(?:\.compat(?:\.v[12])?)?\.function\b", source):
-                return True
-    return False
-    if b"tensorflow." in source and re.search(rb"tensorflow(?:\.\w+)*\.function\b", source):
-        return True
-    for statement in TF_IMPORT.finditer(source):
-        if b"function" in statement.group(0):
-            return True
-        for alias in re.findall(rb"\bas[ \t]+(\w+)", statement.group(0)):
-            if re.search(re.escape(alias) + rb"(?:\.\w+)*\.function\b", source):
                 return True
     return False
 
