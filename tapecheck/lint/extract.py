@@ -201,6 +201,7 @@ class FactsBuilder(FastVisitor):
         one module block, statements in file order. A run that goes on with a class body
         re-enters that class's block. Each tree is dropped once walked."""
         facts = self.facts
+        # libcst's range of a module always starts at line 1; its end is set as runs are walked
         module_block = Block(len(facts.blocks), "module", None, len(facts.blocks), 1, 1)
         facts.blocks.append(module_block)
         self._block_stack.append(module_block.id)
@@ -220,7 +221,6 @@ class FactsBuilder(FastVisitor):
             module_block.end_line = self._pos(module).end.line + self._line_offset
             # Let this tree go before the next is parsed: two alive at once would double the peak.
             module = klass = statements = statement = self.positions = None
-        self.positions = None
         self._line_offset = 0
         self._block_stack.pop()
         return facts
