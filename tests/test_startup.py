@@ -117,11 +117,15 @@ def _modules_after(args: list[str], cwd: Path) -> tuple[set[str], str]:
 
 def test_a_clean_run_loads_neither_the_fixers_nor_a_toml_parser(tmp_path):
     (tmp_path / "train.py").write_text(CLEAN)
-    (tmp_path / "pyproject.toml").write_text("[tool.tapecheck]\nignore = ['TAP501']\n")
     loaded, output = _modules_after(["lint", "--no-cache", "train.py"], tmp_path)
     assert "0 findings in 1 file." in output
     assert "libcst" in loaded and "tapecheck.lint.extract" in loaded  # the file was parsed and walked
     assert not DEFERRED & loaded, DEFERRED & loaded
+    # A pyproject.toml is read before linting (its selection decides which rules run); still no fixers.
+    (tmp_path / "pyproject.toml").write_text("[tool.tapecheck]\nignore = ['TAP501']\n")
+    loaded, output = _modules_after(["lint", "--no-cache", "train.py"], tmp_path)
+    assert "0 findings in 1 file." in output
+    assert DEFERRED & loaded == {"tomllib"}
 
 
 def test_each_deferred_module_loads_when_its_work_comes(tmp_path):
