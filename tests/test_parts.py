@@ -5,7 +5,7 @@ every place the splitter allows."""
 from __future__ import annotations
 
 import pytest
-from test_performance_design import SOURCES
+from sources import ROOT, SOURCES
 
 from tapecheck.lint import engine, parts
 from tapecheck.lint.engine import LintError, lint_python
@@ -47,21 +47,21 @@ def tiny_parts(monkeypatch):
 
 
 def _spans(source: bytes):
-    encoding, tree = engine._checked(source)
-    return encoding, parts.split(source, encoding, tree)
+    text, tree = engine._checked(source)
+    return text, parts.split(text, tree)
 
 
 @pytest.mark.parametrize("path,source", ALL, ids=[p for p, _ in ALL])
 def test_facts_in_parts_equal_the_whole_tree(tiny_parts, path, source):
     try:
-        encoding, spans = _spans(source)
+        text, spans = _spans(source)
     except LintError:
         pytest.skip("not lintable: nothing to compare")
     if spans is None:
         return  # one statement, CR line ends or a syntax error: parsed whole, nothing to compare
     whole = extract(engine._libcst_parse(source), path)
     try:
-        cut = extract(parts.parse_each(source, encoding, spans), path)
+        cut = extract(parts.parse_each(text, spans), path)
     except parts.Unparsable:
         assert path == "continued_blank_line.py", "only that file has a cut libcst refuses"
         return
@@ -83,8 +83,7 @@ def test_the_comparison_cuts_most_files_and_classes(tiny_parts):
 
 def test_spans_cover_the_file_in_order(tiny_parts):
     source = TRICKY["decorated_class.py"].encode()
-    _, spans = _spans(source)
-    text = source.decode()
+    text, spans = _spans(source)
     assert spans[0].start == 0 and spans[-1].end == len(text)
     assert all(a.end == b.start for a, b in zip(spans, spans[1:]))
     starts = [text[span.start:span.end].splitlines()[0] for span in spans]
@@ -110,17 +109,15 @@ def test_runs_stay_under_the_part_size_unless_one_statement_is_larger(monkeypatc
     methods = "".join(f"    def m{i}(self):\n        return {i}\n\n" for i in range(300))
     big_function = "def big():\n" + "".join(f"    y{i} = {i}\n" for i in range(400))
     source = (functions + "class Big:\n" + methods + big_function + functions).encode()
-    encoding, spans = _spans(source)
+    text, spans = _spans(source)
     sizes = [span.end - span.start for span in spans]
     assert len(spans) > 10
     assert [size for size in sizes if size > 2000] == [len(big_function)]
     whole = extract(engine._libcst_parse(source), "big.py")
-    assert extract(parts.parse_each(source, encoding, spans), "big.py") == whole
+    assert extract(parts.parse_each(text, spans), "big.py") == whole
 
 
 def test_findings_of_the_bad_fixtures_are_the_same_in_parts(tiny_parts):
-    from test_performance_design import ROOT
-
     compared = 0
     for path in sorted((ROOT / "fixtures" / "bad").glob("*.py")):
         source = path.read_bytes()
@@ -136,8 +133,8 @@ def test_findings_of_the_bad_fixtures_are_the_same_in_parts(tiny_parts):
 
 def test_a_cut_libcst_refuses_falls_back_to_the_whole_file(tiny_parts):
     source = TRICKY["continued_blank_line.py"].encode()
-    encoding, spans = _spans(source)
+    text, spans = _spans(source)
     with pytest.raises(parts.Unparsable):
-        list(parts.parse_each(source, encoding, spans))
+        list(parts.parse_each(text, spans))
     facts = engine._facts(source, "continued.py")  # falls back: no error, the whole file's facts
     assert facts == extract(engine._libcst_parse(source), "continued.py")

@@ -207,8 +207,6 @@ class Settings:
         """The catalog's rules that some file of `paths` may report: the ones selected and
         not ignored by the configuration of at least one of them. Only these run; the
         per-file ignores still filter their findings afterwards."""
-        from tapecheck.rules import RULES
-
         configs = {id(config): config for config in map(self.for_path, paths)}.values()
         return [rule for rule in RULES if any(rule.code in c.select and rule.code not in c.ignore for c in configs)]
 

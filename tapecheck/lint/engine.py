@@ -55,7 +55,7 @@ def may_fire(source: bytes, rules: Sequence[Rule]) -> bool:
 
 
 def _check_encoding(source: bytes) -> str:
-    """The file's encoding; LintError when the source does not decode with it."""
+    """The decoded text of the file; LintError when it does not decode with its encoding."""
     import io
     import tokenize
 
@@ -66,21 +66,20 @@ def _check_encoding(source: bytes) -> str:
             raise LintError(f"{exc}: the coding cookie names an encoding Python does not know") from None
         encoding = "utf-8"  # no usable cookie and undecodable first lines: say where
     try:
-        source.decode(encoding)
+        return source.decode(encoding)
     except UnicodeDecodeError as exc:
         line = source.count(b"\n", 0, exc.start) + 1
         raise LintError(
             f"not valid {encoding} (byte {exc.start}, line {line}); declare the file's encoding with a coding cookie"
         ) from None
-    return encoding
 
 
 def _checked(source: bytes) -> tuple[str, object]:
-    """The checks before libcst may see a file: its encoding and, when Python's parser ran, its `ast` tree."""
+    """The checks before libcst may see a file: its decoded text and, when Python's parser ran, its `ast` tree."""
     if b"\0" in source:
         raise LintError("binary file (contains NUL bytes), not Python source")
-    encoding = _check_encoding(source)
-    return encoding, _check_nesting(source)
+    text = _check_encoding(source)
+    return text, _check_nesting(source)
 
 
 def parse(source: bytes):
@@ -228,12 +227,12 @@ def _facts(source: bytes, path: str):
     from tapecheck.lint import parts
     from tapecheck.lint.extract import extract
 
-    encoding, tree = _checked(source)
-    spans = parts.split(source, encoding, tree)  # a large file: in parts, to bound memory
+    text, tree = _checked(source)
+    spans = parts.split(text, tree)  # a large file: in parts, to bound memory
     del tree  # Python's tree of a large file is tens of MB: gone before libcst's is built
     if spans is not None:
         try:
-            return _walk(lambda: extract(parts.parse_each(source, encoding, spans), path))
+            return _walk(lambda: extract(parts.parse_each(text, spans), path))
         except parts.Unparsable:
             pass  # a cut libcst does not accept alone: the whole file decides
     module = _libcst_parse(source)

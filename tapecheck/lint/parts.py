@@ -43,11 +43,11 @@ class Part(NamedTuple):
     continues_class: bool  # its first statement is the rest of the class the last run ended in
 
 
-def split(source: bytes, encoding: str, tree) -> list[Span] | None:
-    """Spans of at most about PART_CHARS, or None when the file is small or cannot be cut safely."""
-    if tree is None or len(source) <= PART_CHARS:
+def split(text: str, tree) -> list[Span] | None:
+    """Spans of the file's decoded `text` of at most about PART_CHARS, or None when the file
+    is small or cannot be cut safely. `tree`: Python's `ast` of it (None: not parsed)."""
+    if tree is None or len(text) <= PART_CHARS:
         return None
-    text = source.decode(encoding)
     if "\r" in text:
         return None  # Python and libcst count lines alike on \n only: old Mac/Windows files parse whole
     line_starts = [0]
@@ -60,7 +60,7 @@ def split(source: bytes, encoding: str, tree) -> list[Span] | None:
     def starts_line(statement, indent: int) -> int | None:
         """The line where `statement` (its first decorator) starts, if nothing but `indent` precedes it."""
         decorators = getattr(statement, "decorator_list", None)
-        line = first_line_of(statement)
+        line = decorators[0].lineno if decorators else statement.lineno
         begin = line_starts[line - 1]
         if text[begin:begin + indent].strip(" \t") or text[begin + indent] in " \t":
             return None
@@ -101,11 +101,10 @@ def split(source: bytes, encoding: str, tree) -> list[Span] | None:
     return spans
 
 
-def parse_each(source: bytes, encoding: str, spans: list[Span]) -> Iterator[Part]:
+def parse_each(text: str, spans: list[Span]) -> Iterator[Part]:
     """The runs' trees, one at a time."""
     import libcst as cst
 
-    text = source.decode(encoding)
     for span in spans:
         try:
             module = cst.parse_module(span.header + text[span.start:span.end])
