@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import libcst as cst
-from test_performance_design import SOURCES
+from sources import SOURCES
 
 from tapecheck.lint.extract import literal
 
