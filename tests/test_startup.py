@@ -140,6 +140,20 @@ def test_each_deferred_module_loads_when_its_work_comes(tmp_path):
     assert "tempfile" in loaded and "reset_state()" in (tmp_path / "train.py").read_text()
 
 
+def test_a_warm_run_shows_cached_fixes_without_parsing_again(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")  # the cache lives beside it
+    (tmp_path / "train.py").write_text(FIXABLE)
+    cold, cold_output = _modules_after(["lint", "train.py"], tmp_path)
+    warm, warm_output = _modules_after(["lint", "train.py"], tmp_path)
+    assert "tapecheck.lint.fixes" in cold and "libcst" in cold
+    def report(output):
+        return [line for line in output.splitlines() if not line.startswith("MODULES")]
+
+    assert report(warm_output) == report(cold_output)
+    assert "TAP302" in warm_output and "[*]" in warm_output  # the fix came back from the cache
+    assert not {"libcst", "tapecheck.lint.fixes"} & warm, "a cached file is neither parsed nor re-fixed"
+
+
 def _exit_freeze(args_list: list[list[str]], cwd: Path) -> list[str]:
     """Run tapecheck commands in one fresh process: whether anything is frozen after each,
     and at exit how many times gc.freeze ran and whether it froze anything."""

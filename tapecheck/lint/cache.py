@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Sequence
 
 from tapecheck import __version__
-from tapecheck.findings import FileError, Finding
+from tapecheck.findings import Edit, FileError, Finding, Fix
 
 CACHE_DIR_NAME = ".tapecheck_cache"
 FORMAT = "1"  # bump when the entry layout changes
@@ -92,7 +92,7 @@ class Cache:
                 entry = json.loads(handle.read())
             if entry.get("key") != key:
                 raise ValueError("foreign entry")
-            findings = [Finding(path, **fields) for fields in entry["findings"]]
+            findings = [_finding(path, fields) for fields in entry["findings"]]
             errors = [FileError(path, message) for message in entry["errors"]]
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             self.misses += 1
@@ -148,10 +148,21 @@ class Cache:
 
 
 def _finding_fields(finding: Finding) -> dict:
-    if finding.fix is not None:
-        raise TypeError("findings with fixes are not cached")
+    fix = finding.fix
     return {
         "line": finding.line, "col": finding.col, "code": finding.code, "message": finding.message,
         "hint": finding.hint, "origin": finding.origin, "count": finding.count, "cell": finding.cell,
         "details": finding.details,
+        "fix": None if fix is None else {
+            "title": fix.title, "safe": fix.safe,
+            "edits": [[e.line, e.col, e.end_line, e.end_col, e.text] for e in fix.edits],
+        },
     }
+
+
+def _finding(path: str, fields: dict) -> Finding:
+    fix = fields.pop("fix", None)
+    if fix is not None:
+        edits = tuple(Edit(*edit) for edit in fix["edits"])
+        fix = Fix(fix["title"], edits, fix["safe"])
+    return Finding(path, **fields, fix=fix)

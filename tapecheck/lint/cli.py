@@ -128,10 +128,10 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
     for finding in findings:
         by_path.setdefault(finding.path, []).append(finding)
     diffs = []
-    if by_path:  # the fixers (and the modules they need) load only when there are findings
+    if fix or diff:  # findings come with their fixes (engine, cache): only rewriting needs the fixers here
         from tapecheck.lint import fixes as fixing
     for path, found in by_path.items():
-        if not any(f.code in fixing.FIXERS and f.cell is None for f in found):
+        if not (fix or diff) or not any(f.fix is not None for f in found):
             outcome.findings.extend(found)
             continue
         data = sources.get(path)
@@ -143,9 +143,6 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
                 outcome.errors.append(FileError(path, f"cannot read: {exc.strerror or exc}"))
                 outcome.findings.extend(found)
                 continue
-        if not (fix or diff):
-            outcome.findings.extend(fixing.attach_fixes(data, path, found))
-            continue
         try:
             result = fixing.fix_source(data, path, _Suppressed(settings, path), unsafe_fixes)
         except (LintError, SyntaxError, UnicodeDecodeError, LookupError) as exc:  # changed since it was linted
@@ -155,7 +152,7 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
         if diff:
             if result.changed:
                 diffs.append(result.diff())
-            outcome.findings.extend(fixing.attach_fixes(data, path, found))
+            outcome.findings.extend(found)
             continue
         if result.changed:
             try:

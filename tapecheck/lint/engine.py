@@ -219,7 +219,15 @@ def lint_python(
             raise LintError(
                 f"internal error in {rule.code} ({type(exc).__name__}: {exc}); please report it with this file"
             ) from exc
-    return sorted(findings)
+    found = sorted(findings)
+    fixable = {rule.code for rule in rules if rule.fixable}
+    if any(finding.code in fixable for finding in found):
+        # Fixes are worked out here, in the linting pass (and its worker process), so they
+        # are cached with the findings: a warm run never parses the file again to show them.
+        from tapecheck.lint.fixes import attach_fixes
+
+        found = attach_fixes(source, path, found)
+    return found
 
 
 def _facts(source: bytes, path: str):

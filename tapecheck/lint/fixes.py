@@ -437,7 +437,7 @@ def fix_source(
     rejected: set[tuple] = set()
     for _ in range(MAX_PASSES):
         candidates = [
-            f for f in attach_fixes(source.encode(text), path, findings)
+            f for f in findings  # lint_python attached their fixes
             if f.fix is not None and (f.fix.safe or unsafe) and (f.code, f.fix.edits) not in rejected
         ]
         if not candidates:
