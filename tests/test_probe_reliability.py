@@ -10,13 +10,17 @@ two logical CPUs) are not repeated; these add the cases that test does not reach
 from __future__ import annotations
 
 import _thread
+import gc
 import json
+import operator
 import os
 import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
+import weakref
 
 import pytest
 
@@ -185,19 +189,66 @@ def test_an_interrupt_landing_at_any_point_of_a_step_restores_every_patch():
     before = patched_objects()
     w, b = tf.Variable(1.0), tf.Variable(2.0)
     for delay in (0.0, 0.002, 0.007, 0.013, 0.03, 0.05, 0.08, 0.12):
-        steps = 0
+        lost = []
         timer = threading.Timer(delay, _thread.interrupt_main)
-        with pytest.raises(KeyboardInterrupt), tapecheck.probe():
+        deadline = time.monotonic() + 20
+        with pytest.raises(KeyboardInterrupt), tapecheck.probe(), unraisable_into(lost):
             timer.start()
-            while steps < 1_000_000:  # ends only by the interrupt
+            while time.monotonic() < deadline:  # ends by the interrupt, unless it is lost
                 small_step(w, b)
-                steps += 1
         timer.join()
+        assert not lost, f"the interrupt (after {delay} s) was lost: {lost}"
         assert_restored(before)
         assert probe_is_off()
     with tapecheck.probe() as p:  # a fresh probe after all that works as usual
         small_step(w, b)
     assert [(f.code, f.count) for f in p.findings] == [("TAP102", 1)]
+
+
+class unraisable_into:
+    """Collect what Python reports as "Exception ignored" (an exception in a finalizer)."""
+
+    def __init__(self, into):
+        self.into = into
+
+    def __enter__(self):
+        self.saved, sys.unraisablehook = sys.unraisablehook, self._hook
+
+    def _hook(self, unraisable):
+        self.into.append(f"{unraisable.exc_type.__name__} in {unraisable.object!r}")
+
+    def __exit__(self, *exc):
+        sys.unraisablehook = self.saved
+
+
+def interrupt_then(*actions):
+    """Ask for a KeyboardInterrupt and run `actions` with no bytecode of ours in between: the
+    interrupt lands in the first Python code that the actions run, as a Ctrl-C can."""
+    list(map(operator.methodcaller("__call__"), [_thread.interrupt_main, *actions]))
+
+
+def dying_tape():
+    return tf.GradientTape(persistent=True)
+
+
+def dying_metric():
+    metric = keras.metrics.Mean()
+    metric.update_state(1.0)
+    return metric
+
+
+@pytest.mark.parametrize("make", [dying_tape, dying_metric])
+def test_a_ctrl_c_while_a_tracked_object_dies_is_not_lost(make):
+    """The probe forgets a tape or metric when it dies. If that ran Python code in the garbage
+    collector, a Ctrl-C landing there would be printed as "Exception ignored" and dropped."""
+    lost = []
+    with tapecheck.probe(), unraisable_into(lost):
+        objects = [make()]
+        ref = weakref.ref(objects[0])
+        with pytest.raises(KeyboardInterrupt):
+            interrupt_then(objects.clear, gc.collect)
+    assert ref() is None, "the object did not die where the interrupt was waiting"
+    assert lost == []
 
 
 # -- nesting, threads, a stale probe ----------------------------------------------------------------

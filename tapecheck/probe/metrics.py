@@ -12,12 +12,12 @@ subclass is wrapped, including those defined while the probe runs.
 from __future__ import annotations
 
 import threading
-import weakref
 
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 
 from tapecheck.probe import sites
+from tapecheck.probe.lifetimes import Lifetimes
 from tapecheck.probe.patching import subclasses
 from tapecheck.probe.report import report_internal_error
 
@@ -25,19 +25,19 @@ _WRAPPED = ("update_state", "result", "reset_state")
 
 
 class MetricState:
-    __slots__ = ("finalizer", "generation", "reads", "updates")
+    __slots__ = ("generation", "reads", "updates")
 
     def __init__(self):
         self.generation = 0
         self.updates = 0
         self.reads: dict[tuple, tuple] = {}  # (path, line) -> (generation, epoch, snapshot)
-        self.finalizer = None
 
 
 class MetricHooks:
     def __init__(self, collector):
         self.collector = collector
         self.states: dict[int, MetricState] = {}
+        self.lifetimes = Lifetimes()
         self.epochs = 0
         self.local = threading.local()
         self.active = True
@@ -71,19 +71,19 @@ class MetricHooks:
 
     def finish(self):
         self.active = False
-        for state in self.states.values():
-            if state.finalizer is not None:
-                state.finalizer.detach()
+        self.lifetimes.close()
         self.states.clear()
 
     # -- state -------------------------------------------------------------
     def _state(self, metric) -> MetricState:
+        for key, state in self.lifetimes.drain():  # before a new metric takes the id of a dead one
+            if self.states.get(key) is state:
+                del self.states[key]
         key = id(metric)
         state = self.states.get(key)
         if state is None:
             state = self.states[key] = MetricState()
-            state.finalizer = weakref.finalize(metric, self.states.pop, key, None)
-            state.finalizer.atexit = False
+            self.lifetimes.track(metric, (key, state))
         return state
 
     def _outermost(self, name) -> bool:

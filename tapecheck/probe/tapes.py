@@ -4,16 +4,14 @@
 tapes are not reported) and where; `__enter__`/`__exit__` note the tensor-id
 counter so a target made after the block can be told apart; `watch` keeps ids;
 `gradient`/`jacobian`/`batch_jacobian` count calls, catch reuse before TF
-raises, and diagnose None results. Everything is kept by id, with a
-`weakref.finalize` that forgets the tape when it dies: no tape or tensor is
-ever held.
+raises, and diagnose None results. Everything is kept by id and forgotten
+once the tape has died (see `lifetimes`): no tape or tensor is ever held.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-import weakref
 
 from tensorflow.python.eager import backprop
 from tensorflow.python.framework import ops
@@ -21,6 +19,7 @@ from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 from tensorflow.python.util import nest
 
 from tapecheck.probe import diagnose, optrace, sites
+from tapecheck.probe.lifetimes import Lifetimes
 from tapecheck.probe.report import report_internal_error
 
 GradientTape = backprop.GradientTape
@@ -30,10 +29,8 @@ REUSE_HINT = "Make the tape with `persistent=True` (and `del tape` after the las
 
 class TapeInfo:
     __slots__ = (
-        "__weakref__",
         "enter_uid",
         "exit_uid",
-        "finalizer",
         "first_call",
         "grad_calls",
         "ops",
@@ -46,8 +43,8 @@ class TapeInfo:
         "watched_ids",
     )
 
-    def __init__(self, tape, site, persistent, watch_vars, user):
-        self.ref = weakref.ref(tape)
+    def __init__(self, site, persistent, watch_vars, user):
+        self.ref = None  # weakref to the tape, set by `Lifetimes.track`
         self.site = site
         self.persistent = persistent
         self.watch_vars = watch_vars
@@ -57,7 +54,6 @@ class TapeInfo:
         self.watched_ids: set[int] = set()
         self.grad_calls = 0
         self.first_call = None
-        self.finalizer = None
         self.ops = None  # op records of one armed eager recording (see optrace)
         self.untrained_calls = None  # models run in inference mode while recording (see training)
 
@@ -69,6 +65,7 @@ class TapeHooks:
         self.origins = origins  # gradient -> its source, for the optimizer hook (TAP401)
         self.gradient_listeners = []  # told (info, sources) after each user `gradient` call
         self.infos: dict[int, TapeInfo] = {}
+        self.lifetimes = Lifetimes()
         self.local = threading.local()
         self.active = True
         self.tracer = optrace.EagerOpTrace()
@@ -84,14 +81,13 @@ class TapeHooks:
     def _busy(self) -> bool:
         return getattr(self.local, "busy", 0) > 0
 
-    def _forget(self, key, info_ref):
-        info = info_ref()
-        if info is None:
-            return
-        if self.infos.get(key) is info:
-            del self.infos[key]
-        if self.active and info.user and info.persistent and info.grad_calls == 1:
-            self._single_use(info)
+    def _forget_dead(self):
+        """Drop the tapes that died; report a persistent one that was asked only once."""
+        for key, info in self.lifetimes.drain():
+            if self.infos.get(key) is info:
+                del self.infos[key]
+            if info.user and info.persistent and info.grad_calls == 1:
+                self._single_use(info)
 
     def _single_use(self, info):
         line = info.first_call.line if info.first_call else "?"
@@ -108,13 +104,10 @@ class TapeHooks:
 
         self.tracer.close()
         gc.collect()  # tapes only held by reference cycles (jacobian's pfor makes some) are not alive
-        for info in list(self.infos.values()):
-            if info.ref() is None and info.finalizer is not None and info.finalizer.alive:
-                info.finalizer()  # collected just now: report as it would have on its own
+        self._forget_dead()
         self.active = False
+        self.lifetimes.close()
         for info in list(self.infos.values()):
-            if info.finalizer is not None:
-                info.finalizer.detach()
             if not (info.user and info.persistent and info.ref() is not None):
                 continue
             if info.grad_calls == 1:
@@ -158,13 +151,13 @@ class TapeHooks:
             original(self, persistent, watch_accessed_variables, *args, **kwargs)
             if not hooks.active:
                 return
+            hooks._forget_dead()  # before this tape takes the id of one that died
             user = not hooks._busy() and sites.calls_from_user_code()
-            info = TapeInfo(self, sites.user_site() if user else None, bool(persistent),
-                            bool(watch_accessed_variables), user)
             key = id(self)
+            info = TapeInfo(sites.user_site() if user else None, bool(persistent),
+                            bool(watch_accessed_variables), user)
+            info.ref = hooks.lifetimes.track(self, (key, info))
             hooks.infos[key] = info
-            info.finalizer = weakref.finalize(self, hooks._forget, key, weakref.ref(info))
-            info.finalizer.atexit = False
 
         return __init__
 
