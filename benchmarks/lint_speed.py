@@ -15,6 +15,9 @@ the steadier measure of work, wall seconds what a user waits.
 - tapecheck warm: the same tree again with the cache filled by the run just before.
 - libcst floor: a process that only reads and `libcst.parse_module`s the files
   tapecheck parses (those that pass its screen): the least any libcst tool can do.
+- unvalidated parse: the same with tapecheck's own parse, which skips libcst's
+  re-validation of each parsed node (see fastcst.parse_module); against it, the cold
+  run shows what positions, the walk and the rules add to the parse.
 - ruff: `ruff check --no-cache --isolated` of the same tree, when ruff is installed.
 - one small file end to end, the pre-commit case, beside `python -c "import libcst"`
   (the floor of any libcst tool's start-up) and `tapecheck --version`.
@@ -47,11 +50,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR = """
 import sys, libcst
+parse_module = libcst.parse_module
+if sys.argv[2:] == ["--unvalidated"]:
+    from tapecheck.lint.fastcst import parse_module
 for name in open(sys.argv[1], encoding="utf-8").read().splitlines():
     with open(name, "rb") as handle:
         source = handle.read()
     try:
-        libcst.parse_module(source)
+        parse_module(source)
     except Exception:
         pass
 """
@@ -179,6 +185,7 @@ def bench_tree(name: str, paths: list[str], runs: int, work: str) -> dict:
         "tapecheck cold, 1 process": [*tapecheck, "--no-cache", "--jobs", "1", *absolute],
         "tapecheck warm": [*tapecheck, *absolute],
         "libcst parse floor": [sys.executable, floor_script, listing],
+        "unvalidated parse": [sys.executable, floor_script, listing, "--unvalidated"],
     }
     if ruff:
         kinds["ruff check (no cache)"] = [ruff, "check", "--no-cache", "--isolated", "--exit-zero", "-q", *absolute]
@@ -191,6 +198,8 @@ def bench_tree(name: str, paths: list[str], runs: int, work: str) -> dict:
                 shutil.rmtree(os.path.join(project, ".tapecheck_cache"), ignore_errors=True)
                 measure(command, project)
             result = measure(command, project)
+            if "parse" in kind and result["output"]:  # the floors print nothing unless they broke
+                raise SystemExit(f"{kind} failed:\n{result['output'][-2000:]}")
             results[kind].append(result)
             if kind.startswith("tapecheck"):
                 summaries.add(result["output"].strip().splitlines()[-1] if result["output"].strip() else "")
@@ -216,6 +225,9 @@ def bench_tree(name: str, paths: list[str], runs: int, work: str) -> dict:
     print()
     print(f"cold / floor:            wall {cold['wall'] / floor['wall']:.2f}x   CPU {cold['cpu'] / floor['cpu']:.2f}x")
     print(f"cold 1 process / floor:  wall {single['wall'] / floor['wall']:.2f}x   CPU {single['cpu'] / floor['cpu']:.2f}x")
+    own = table["unvalidated parse"]
+    print(f"cold 1 process / unvalidated parse: wall {single['wall'] / own['wall']:.2f}x   "
+          f"CPU {single['cpu'] / own['cpu']:.2f}x   (unvalidated / floor: CPU {own['cpu'] / floor['cpu']:.2f}x)")
     if ruff:
         rf = table["ruff check (no cache)"]
         print(f"warm / ruff:             wall {warm['wall'] / rf['wall']:.2f}x   CPU {warm['cpu'] / rf['cpu']:.2f}x")

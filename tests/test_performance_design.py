@@ -29,7 +29,7 @@ from tapecheck.lint import parallel
 from tapecheck.lint.cache import Cache, cache_root
 from tapecheck.lint.engine import LintError, lint_paths, lint_python, parse
 from tapecheck.lint.extract import FactsBuilder, extract
-from tapecheck.lint.fastcst import FastVisitor, Positions
+from tapecheck.lint.fastcst import FastVisitor, Positions, parse_module
 from tapecheck.rules import RULES
 
 
@@ -130,6 +130,39 @@ def test_facts_equal_the_libcst_traversal(path, module):
     facts = extract(module, path)
     assert facts == reference.facts
     assert facts.blocks  # a module block at least: the comparison compared something
+
+
+@pytest.mark.parametrize("path,source", SOURCES, ids=[p for p, _ in SOURCES])
+def test_the_unvalidated_parse_builds_libcst_s_own_tree(path, source):
+    try:
+        theirs = cst.parse_module(source)
+    except cst.ParserSyntaxError:
+        with pytest.raises(cst.ParserSyntaxError):
+            parse_module(source)
+        return
+    ours = parse_module(source)
+    assert ours.deep_equals(theirs) and ours.code == theirs.code
+
+
+def test_validation_is_back_after_the_parse_even_when_it_fails():
+    from libcst._nodes.base import CSTNode
+
+    # The parse swaps the one `__post_init__` of all nodes: no node type may define its own.
+    assert [t for t in _all_subclasses(CSTNode) if "__post_init__" in vars(t)] == [CSTNode]
+    parse_module("x = (1)\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("")
+    with pytest.raises(cst.ParserSyntaxError):
+        parse_module("def broken(:\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("x", lpar=[cst.LeftParen()])  # unbalanced parentheses
+
+
+def _all_subclasses(cls):
+    found = [cls]
+    for sub in cls.__subclasses__():
+        found += _all_subclasses(sub)
+    return found
 
 
 def test_the_walk_follows_libcst_order_and_prunes_only_trivia():

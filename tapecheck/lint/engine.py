@@ -91,8 +91,10 @@ def parse(source: bytes):
 def _libcst_parse(source: bytes | str):
     import libcst as cst
 
+    from tapecheck.lint.fastcst import parse_module
+
     try:
-        return cst.parse_module(source)
+        return parse_module(source)
     except cst.ParserSyntaxError as exc:
         raise LintError(_syntax_error_message(source, exc)) from None
     except UnicodeDecodeError as exc:

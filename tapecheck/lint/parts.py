@@ -105,9 +105,11 @@ def parse_each(text: str, spans: list[Span]) -> Iterator[Part]:
     """The runs' trees, one at a time."""
     import libcst as cst
 
+    from tapecheck.lint.fastcst import parse_module
+
     for span in spans:
         try:
-            module = cst.parse_module(span.header + text[span.start:span.end])
+            module = parse_module(span.header + text[span.start:span.end])
         except Exception:  # noqa: BLE001 - any failure: the whole file decides (and reports) instead
             raise Unparsable from None
         if span.header and not (module.body and isinstance(module.body[0], cst.ClassDef)):
