@@ -37,7 +37,7 @@ class MetricHooks:
     def __init__(self, collector):
         self.collector = collector
         self.states: dict[int, MetricState] = {}
-        self.lifetimes = Lifetimes()
+        self.lifetimes = Lifetimes(self.states)
         self.epochs = 0
         self.local = threading.local()
         self.active = True
@@ -76,14 +76,11 @@ class MetricHooks:
 
     # -- state -------------------------------------------------------------
     def _state(self, metric) -> MetricState:
-        for key, state in self.lifetimes.drain():  # before a new metric takes the id of a dead one
-            if self.states.get(key) is state:
-                del self.states[key]
-        key = id(metric)
-        state = self.states.get(key)
+        self.lifetimes.sweep()
+        state = self.states.get(id(metric))
         if state is None:
-            state = self.states[key] = MetricState()
-            self.lifetimes.track(metric, (key, state))
+            state = MetricState()
+            self.lifetimes.add(metric, state)
         return state
 
     def _outermost(self, name) -> bool:

@@ -44,7 +44,7 @@ class TapeInfo:
     )
 
     def __init__(self, site, persistent, watch_vars, user):
-        self.ref = None  # weakref to the tape, set by `Lifetimes.track`
+        self.ref = None  # weakref to the tape, from `Lifetimes.add`
         self.site = site
         self.persistent = persistent
         self.watch_vars = watch_vars
@@ -65,7 +65,7 @@ class TapeHooks:
         self.origins = origins  # gradient -> its source, for the optimizer hook (TAP401)
         self.gradient_listeners = []  # told (info, sources) after each user `gradient` call
         self.infos: dict[int, TapeInfo] = {}
-        self.lifetimes = Lifetimes()
+        self.lifetimes = Lifetimes(self.infos)
         self.local = threading.local()
         self.active = True
         self.tracer = optrace.EagerOpTrace()
@@ -83,9 +83,7 @@ class TapeHooks:
 
     def _forget_dead(self):
         """Drop the tapes that died; report a persistent one that was asked only once."""
-        for key, info in self.lifetimes.drain():
-            if self.infos.get(key) is info:
-                del self.infos[key]
+        for info in self.lifetimes.sweep():
             if info.user and info.persistent and info.grad_calls == 1:
                 self._single_use(info)
 
@@ -153,11 +151,9 @@ class TapeHooks:
                 return
             hooks._forget_dead()  # before this tape takes the id of one that died
             user = not hooks._busy() and sites.calls_from_user_code()
-            key = id(self)
             info = TapeInfo(sites.user_site() if user else None, bool(persistent),
                             bool(watch_accessed_variables), user)
-            info.ref = hooks.lifetimes.track(self, (key, info))
-            hooks.infos[key] = info
+            info.ref = hooks.lifetimes.add(self, info)
 
         return __init__
 
