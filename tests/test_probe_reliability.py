@@ -10,6 +10,7 @@ two logical CPUs) are not repeated; these add the cases that test does not reach
 from __future__ import annotations
 
 import _thread
+import contextlib
 import gc
 import json
 import operator
@@ -206,27 +207,21 @@ def test_an_interrupt_landing_at_any_point_of_a_step_restores_every_patch():
     assert [(f.code, f.count) for f in p.findings] == [("TAP102", 1)]
 
 
-class unraisable_into:
-    """Collect what Python reports as "Exception ignored" (an exception in a finalizer).
+@contextlib.contextmanager
+def unraisable_into(lost: list):
+    """Collect into `lost` what Python reports as "Exception ignored" (an exception in a finalizer).
 
     Meanwhile `gc.callbacks` are set aside: they are Python code run by the collector too, and
     the test environment has one (hypothesis times each collection), which would drop an
     interrupt that no program outside the tests would see dropped."""
-
-    def __init__(self, into):
-        self.into = into
-
-    def __enter__(self):
-        self.saved, sys.unraisablehook = sys.unraisablehook, self._hook
-        self.callbacks = gc.callbacks[:]
-        gc.callbacks.clear()
-
-    def _hook(self, unraisable):
-        self.into.append(f"{unraisable.exc_type.__name__} in {unraisable.object!r}")
-
-    def __exit__(self, *exc):
-        gc.callbacks[:] = self.callbacks
-        sys.unraisablehook = self.saved
+    saved_hook, saved_callbacks = sys.unraisablehook, gc.callbacks[:]
+    sys.unraisablehook = lambda u: lost.append(f"{u.exc_type.__name__} in {u.object!r}")
+    gc.callbacks.clear()
+    try:
+        yield
+    finally:
+        gc.callbacks[:] = saved_callbacks
+        sys.unraisablehook = saved_hook
 
 
 def interrupt_then(*actions):
