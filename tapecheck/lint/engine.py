@@ -260,8 +260,8 @@ DEEP_STACK_BYTES = 512 * 2**20  # reserved address space; only the pages touched
 DEEP_RECURSION_LIMIT = 60_000
 
 
-def _on_a_deep_stack(function, *args):
-    """`function(*args)` on a thread with a large stack and recursion limit.
+def _on_a_deep_stack(function):
+    """`function()` on a thread with a large stack and recursion limit.
 
     libcst's tree walks recurse once or more per nesting level; `_check_nesting` bounds
     the depth, so this always ends. LintError when it still cannot be analysed."""
@@ -274,7 +274,7 @@ def _on_a_deep_stack(function, *args):
 
     def target():
         try:
-            outcome["value"] = context.run(function, *args)
+            outcome["value"] = context.run(function)
         except BaseException as exc:  # noqa: BLE001 - handed back to the calling thread
             outcome["error"] = exc
 

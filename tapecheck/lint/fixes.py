@@ -7,8 +7,9 @@ re-linting shows one fewer finding of that code and no new finding of any
 other. Files are rewritten atomically (temp file, then rename), with their
 encoding, BOM and line endings kept.
 
-`tapecheck lint` imports this module only when a finding has a fixer, and
-`difflib`/`tempfile` load only for `--diff`/`--fix`.
+The engine imports this module only when a fixable rule fires (it attaches the
+fixes in the linting pass, so they are cached with the findings); the CLI imports
+it only for `--fix`/`--diff`, and `difflib`/`tempfile` load only for those.
 """
 
 from __future__ import annotations

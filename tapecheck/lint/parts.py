@@ -60,7 +60,7 @@ def split(text: str, tree) -> list[Span] | None:
     def starts_line(statement, indent: int) -> int | None:
         """The line where `statement` (its first decorator) starts, if nothing but `indent` precedes it."""
         decorators = getattr(statement, "decorator_list", None)
-        line = decorators[0].lineno if decorators else statement.lineno
+        line = first_line_of(statement)
         begin = line_starts[line - 1]
         if text[begin:begin + indent].strip(" \t") or text[begin + indent] in " \t":
             return None

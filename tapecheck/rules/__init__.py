@@ -2,9 +2,10 @@
 
 A rule module holds its documentation (the module docstring, in the ruff
 layout), its code and name, VALID/INVALID examples that double as tests, a
-byte screen (`TRIGGERS`, any of which must occur in a file, or a `screen(source)`
-function when substrings cannot say it exactly), and a `check(facts)` function. Importing this package never imports libcst: rules read
-the plain facts that `tapecheck.lint.extract` pulls out of the syntax tree.
+byte screen (`TRIGGERS`, any of which must occur in a file, or a
+`screen(source)` function when substrings cannot say it exactly), and a
+`check(facts)` function. Importing this package never imports libcst: rules
+read the plain facts that `tapecheck.lint.extract` pulls out of the syntax tree.
 """
 
 from __future__ import annotations
