@@ -82,6 +82,9 @@ class ReferenceBuilder(FactsBuilder):
     def _pos(self, node):
         return self.get_metadata(PositionProvider, node)
 
+    def _start(self, node):
+        return self.get_metadata(PositionProvider, node).start
+
     def _walk(self, node):
         node.visit(self)
 

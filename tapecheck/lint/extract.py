@@ -77,9 +77,12 @@ class FactsBuilder(FastVisitor):
     def _pos(self, node: cst.CSTNode):
         return self.positions[node]
 
+    def _start(self, node: cst.CSTNode):
+        return self.positions.start(node)  # `_pos(node).start` without working out the end
+
     def _site(self, node: cst.CSTNode) -> Site:
         self._order += 1
-        start = self._pos(node).start
+        start = self._start(node)
         return Site(
             start.line + self._line_offset, start.column + 1, self._order, self._block_stack[-1], self._comprehension > 0
         )
@@ -90,7 +93,7 @@ class FactsBuilder(FastVisitor):
         facts = self.facts
         parent = self._block_stack[-1] if self._block_stack else None
         position = self._pos(node)
-        line = self._pos(header).start.line if header is not None else position.start.line
+        line = self._start(header).line if header is not None else position.start.line
         line += self._line_offset
         block_id = len(facts.blocks)
         if kind in ("module", "function", "class"):
