@@ -16,11 +16,13 @@ from tapecheck import __version__
 # name -> ("module:attribute" of a click command, one-line help shown by `tapecheck --help`)
 SUBCOMMANDS = {
     "lint": ("tapecheck.lint.cli:lint", "Lint files and folders for GradientTape pitfalls."),
+    "check": ("tapecheck.lint.cli:lint", "The same as `lint` (ruff's spelling)."),
     "rules": ("tapecheck.lint.cli:rules", "List every rule: code, name, where it is checked."),
     "rule": ("tapecheck.lint.cli:rule", "Print the documentation of one rule."),
     "probe": ("tapecheck.probe.cli:probe", "Run a training script and report what its tapes and metrics did."),
     "reference": ("tapecheck.reference:cli", "Train with the reference custom loop."),
     "align": ("tapecheck.align:cli", "Prove a custom loop does what fit does, step by step."),
+    "server": ("tapecheck.server:cli", "Run the language server (LSP over stdio) for editors."),
 }
 # Commands that are tapecheck's own TensorFlow programs: keep TF's start-up banner quiet.
 QUIET_TENSORFLOW = {"reference", "align"}
