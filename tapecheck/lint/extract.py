@@ -425,8 +425,9 @@ class FactsBuilder(FastVisitor):
         return False
 
     def visit_Return(self, node: cst.Return):
+        start = self._order
         self._visit(node.value, "other")
-        self.facts.exits.append(Exit(self._site(node), "return"))
+        self.facts.exits.append(Exit(self._site(node), "return", (start, self._order)))
         return False
 
     def visit_Raise(self, node: cst.Raise):
@@ -486,14 +487,22 @@ class FactsBuilder(FastVisitor):
         callee = self.facts.resolve(func.text) if func.text else ""
         arg_context = "compute" if callee.startswith(COMPUTE_PREFIXES) else "argument"
         self._visit(node.func, "receiver" if func.kind == "attribute" else "callee")
+        arg_spans = []
         for arg in node.args:
+            start = self._order
             self._visit(arg.value, arg_context)
             if arg.keyword is not None:
                 keywords[arg.keyword.value] = self.summarize(arg.value)
+                arg_spans.append((arg.keyword.value, start, self._order))
             elif not arg.star:
+                arg_spans.append((len(args), start, self._order))
                 args.append(self.summarize(arg.value))
+            else:
+                arg_spans.append((-1, start, self._order))
         end = self._pos(node).end.line + self._line_offset
-        self.facts.calls.append(Call(site, func, tuple(args), keywords, end, end_order=self._order))
+        self.facts.calls.append(
+            Call(site, func, tuple(args), keywords, end, end_order=self._order, arg_spans=tuple(arg_spans))
+        )
         return False
 
     def visit_Attribute(self, node: cst.Attribute):

@@ -86,6 +86,9 @@ class Call:
     keywords: dict[str, Expr]
     end_line: int = 0
     end_order: int = 0  # the events of the arguments have orders in (site.order, end_order]
+    # (position or keyword, start, end) per argument: its events have orders in (start, end];
+    # position -1 is a `*args`/`**kwargs` argument. Events before the first start are the callee's.
+    arg_spans: tuple[tuple[int | str, int, int], ...] = ()
 
     @property
     def method(self) -> str:
@@ -116,6 +119,7 @@ class Use:
 class Exit:
     site: Site
     kind: str  # return, break, continue, raise
+    span: tuple[int, int] = (0, 0)  # return: orders (after start, up to end) of the value's events
 
 
 @dataclass(slots=True)
@@ -131,6 +135,7 @@ class FileFacts:
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
     relative_imports: dict[str, str] = field(default_factory=dict)  # `from .models import Net`: Net -> models.Net
     project: object = None  # a cross-file index (tapecheck.lint.project) when linting several files
+    model: object = field(default=None, repr=False)  # the program model (tapecheck.lint.model), built on demand
     _chains: dict[int, list[int]] = field(default_factory=dict, repr=False)
 
     # -- blocks -------------------------------------------------------------

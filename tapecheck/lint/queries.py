@@ -1,4 +1,4 @@
-"""Span queries shared by the wave-2 rules: what an assignment's value or a call reads.
+"""Span queries over the facts: what an assignment's value or a call reads (used by the model and the rules).
 
 Every event the extractor records carries an `order`; a call's arguments and an
 assignment's value occupy an order span. Looking events up by span (bisection

@@ -3,29 +3,10 @@
 from __future__ import annotations
 
 from tapecheck.findings import Finding
-
-KERAS_ROOTS = ("keras.", "tensorflow.keras.", "tf_keras.", "tensorflow.python.keras.")
-
+from tapecheck.lint.model import KERAS_ROOTS, is_keras_class, keras_member  # noqa: F401 (shared with the rules)
 
 def report(facts, site, code: str, message: str, hint: str = "") -> Finding:
     return Finding(facts.path, site.line, site.col, code, message, hint)
-
-
-def keras_member(dotted: str, package: str) -> str:
-    """`Mean` for `keras.metrics.Mean` (any Keras flavour) when in `package`, else ""."""
-    if "keras" not in dotted:
-        return ""  # most names: every root holds "keras"
-    for root in KERAS_ROOTS:
-        for middle in (f"{package}.", f"src.{package}.", f"api.{package}."):
-            prefix = root + middle
-            if dotted.startswith(prefix):
-                return dotted[len(prefix):].rsplit(".", 1)[-1]
-    return ""
-
-
-def is_keras_class(dotted: str, package: str) -> bool:
-    member = keras_member(dotted, package)
-    return bool(member) and member[0].isupper()
 
 
 def flatten(expr):

@@ -51,41 +51,20 @@ def train_step(model, optimizer, x, y):
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-from tapecheck.lint.facts import Site
+from tapecheck.lint.model import Tracer, model_of
+from tapecheck.lint.queries import call_span, method_of, variable_owner
 from tapecheck.rules._common import report
-from tapecheck.rules._flow import (
-    METADATA_CALLS, call_span, callee_of, is_metadata, method_of, prefixes, spans_of, variable_owner, within,
-)
 
 CODE = "TAP104"
 NAME = "gradient-path-cut"
 SUMMARY = "inside the tape, every path from the sources to the loss goes through an op without gradient"
 PROBE = True
-TRIGGERS = (b"GradientTape",)
-
-NO_GRADIENT_OPS = frozenset(
-    {
-        "tensorflow.argmax", "tensorflow.argmin", "tensorflow.math.argmax", "tensorflow.math.argmin",
-        "tensorflow.round", "tensorflow.math.round",
-        "keras.ops.argmax", "keras.ops.argmin", "keras.ops.round",
-    }
+TRIGGERS = (b"GradientTape", b"compile", b".fit(")
+HINT = (
+    "Keep the path from the model to the loss in TensorFlow ops that have gradients "
+    "(no .numpy(), NumPy, float() or argmax); compute logging values after the tape."
 )
-CASTS = frozenset({"tensorflow.cast", "tensorflow.dtypes.cast", "keras.ops.cast"})
-PYTHON_CASTS = frozenset({"float", "int", "round"})
-INTEGER_DTYPE = re.compile(r"(u?int(8|16|32|64)|bool)")
-# Calls through which nothing flows, by design or because the result is metadata.
-STOP_CALLS = frozenset({"tensorflow.stop_gradient", "keras.ops.stop_gradient", "print", "tensorflow.print"}) | METADATA_CALLS
-# Calls that take indices or draw samples: a cut value used there is a choice, not a value.
-INDEX_CALLS = frozenset(
-    {
-        "tensorflow.gather", "tensorflow.gather_nd", "tensorflow.one_hot", "tensorflow.boolean_mask",
-        "tensorflow.nn.embedding_lookup", "tensorflow.random.categorical", "tensorflow.range",
-        "keras.ops.take", "keras.ops.take_along_axis", "keras.ops.one_hot",
-    }
-)
+SOURCES = "sources"
 
 VALID = [
     # DQN: the targets come from the target network before the tape, with numpy
@@ -256,39 +235,6 @@ class Net(keras.Model):
 ]
 
 
-@dataclass(slots=True)
-class Flow:
-    live: bool = False  # depends on the sources through ops with gradients
-    cut: Site | None = None  # where a path from the sources was cut, if one was
-    what: str = ""
-
-
-def _describe(call) -> str:
-    method = method_of(call)
-    if method == "numpy" and not call.args:
-        return "`.numpy()`"
-    return f"`{call.func.text}()`"
-
-
-def _cuts(facts, call) -> bool:
-    """Whether this call returns a value with no gradient back to its inputs."""
-    callee = callee_of(facts, call)
-    if method_of(call) == "numpy" and not call.args and not callee.startswith(("numpy", "tensorflow")):
-        return True
-    if callee.startswith("numpy.") and not callee.startswith("numpy.random."):
-        return True
-    if call.func.kind == "name" and call.func.text in PYTHON_CASTS and call.func.text not in facts.imports:
-        return True
-    if callee in NO_GRADIENT_OPS:
-        return True
-    if callee in CASTS:
-        dtype = call.arg(1, "dtype")
-        if dtype is not None:
-            text = dtype.text.rsplit(".", 1)[-1] if dtype.text else str(dtype.value or "")
-            return bool(INTEGER_DTYPE.fullmatch(text))
-    return False
-
-
 def _source_roots(facts, spans, call, tape) -> set[str]:
     """The objects whose variables are asked for: `model` for `model.trainable_variables`."""
     target = call.arg(0, "target")
@@ -304,91 +250,34 @@ def _source_roots(facts, spans, call, tape) -> set[str]:
     return roots
 
 
-class _Tracer:
-    """Walks the assignments recorded by one tape, in order, keeping a Flow per name."""
+def _tape_flow(model, tape, call, roots):
+    """The flow of the gradient target from the sources, over the assignments the tape recorded."""
+    facts = model.facts
 
-    def __init__(self, facts, tape, roots):
-        self.facts, self.tape, self.roots = facts, tape, roots
-        self.spans = spans_of(facts)
-        self.state: dict[str, Flow] = {}
+    def origin_of(name):
+        return {SOURCES} if any(name == root or name.startswith(root + ".") for root in roots) else set()
 
-    def _known(self, name: str) -> Flow | None:
-        for prefix in prefixes(name):
-            if prefix in self.state:
-                return self.state[prefix]
-        return None
+    tracer = Tracer(model, origin_of, boundary=tuple(tape.with_blocks))
+    scope = facts.blocks[tape.with_blocks[0]].scope
+    assigns = [
+        a for a in facts.assigns
+        if a.kind in ("assign", "augassign") and a.span != (0, 0) and a.site.order < call.site.order
+        and facts.scope_of(a.site) == scope and facts.records(tape, a.site)
+    ]
+    for assign in sorted(assigns, key=lambda a: a.site.order):
+        tracer.assign(assign, merge=assign.site.block not in tape.with_blocks)
+    return tracer.state
 
-    def _live(self, name: str) -> bool:
-        if any(name == root or name.startswith(root + ".") for root in self.roots):
-            return True
-        known = self._known(name)
-        return known is not None and known.live
 
-    def judge(self, assign) -> Flow:
-        facts = self.facts
-        calls = self.spans.calls_in(assign.span)
-        stopped = [call_span(c) for c in calls if callee_of(facts, c) in STOP_CALLS]
-        indexed = [call_span(c) for c in calls if callee_of(facts, c) in INDEX_CALLS or callee_of(facts, c).startswith("numpy.random.")]
-        cutters = [
-            c for c in calls
-            if _cuts(facts, c) and not any(within(c.site.order, s) for s in stopped + indexed)
-        ]
-        flow = Flow()
-        for use in self.spans.uses_in(assign.span):
-            order = use.site.order
-            if is_metadata(use.name) or any(within(order, s) for s in stopped):
-                continue
-            cutting = [c for c in cutters if within(order, call_span(c))]
-            live = self._live(use.name)
-            if cutting and live:
-                if flow.cut is None:
-                    innermost = max(cutting, key=lambda c: c.site.order)
-                    flow.cut, flow.what = innermost.site, _describe(innermost)
-                continue
-            if live:
-                flow.live = True
-            known = self._known(use.name)
-            if known is not None and known.cut is not None and flow.cut is None:
-                if not any(within(order, s) for s in indexed):
-                    flow.cut, flow.what = known.cut, known.what
-        if not flow.live and flow.cut is None:
-            self._picked_by_if(assign, flow)
-        return flow
-
-    def _picked_by_if(self, assign, flow: Flow) -> None:
-        """A value that does not depend on the sources, chosen by an `if` on one that does."""
-        for block_id in reversed(self.facts.chain(assign.site.block)):
-            block = self.facts.blocks[block_id]
-            if block_id in self.tape.with_blocks:
-                return
-            if block.kind in ("if", "else") and block.test_span != (0, 0):
-                for use in self.spans.uses_in(block.test_span):
-                    if not is_metadata(use.name) and self._live(use.name):
-                        flow.cut, flow.what = use.site, "a Python `if` on a tensor"
-                        return
-
-    def run(self, until: int) -> dict[str, Flow]:
-        facts = self.facts
-        scope = facts.blocks[self.tape.with_blocks[0]].scope
-        assigns = [
-            a for a in facts.assigns
-            if a.kind in ("assign", "augassign") and a.span != (0, 0) and a.site.order < until
-            and facts.scope_of(a.site) == scope and facts.records(self.tape, a.site)
-        ]
-        for assign in sorted(assigns, key=lambda a: a.site.order):
-            flow = self.judge(assign)
-            previous = self.state.get(assign.target)
-            if previous is not None and assign.site.block not in self.tape.with_blocks:
-                # a conditional rebinding: either value may hold
-                flow.live = flow.live or previous.live
-                if flow.cut is None:
-                    flow.cut, flow.what = previous.cut, previous.what
-            self.state[assign.target] = flow
-        return self.state
+def _in(cut, fn_name: str) -> str:
+    """"`np.log()` in `weighted_loss` (line 9)" for a cut inside a function."""
+    return f"{cut.what} in `{cut.function or fn_name}` (line {cut.site.line})"
 
 
 def check(facts):
-    spans = spans_of(facts)
+    model = model_of(facts)
+    spans = model.spans
+    reported = set()
     for call, tape in facts.gradient_calls():
         target = call.arg(0, "target")
         if not tape.with_blocks or not tape.name or target is None or target.kind != "name":
@@ -396,13 +285,57 @@ def check(facts):
         roots = _source_roots(facts, spans, call, tape)
         if not roots:
             continue
-        flow = _Tracer(facts, tape, roots).run(call.site.order).get(target.text)
-        if flow is None or flow.live or flow.cut is None:
+        flow = _tape_flow(model, tape, call, roots).get(target.text)
+        cut = flow.only_cut(SOURCES) if flow is not None else None
+        if cut is None or cut.site in reported:
             continue
+        reported.add(cut.site)
+        consequence = f"`{tape.name}.gradient` (line {call.site.line}) returns None for every variable"
+        if not cut.function:
+            message = (
+                f"{cut.what} has no gradient, and `{target.text}` depends on the sources only through it: "
+                + consequence
+            )
+        else:
+            message = (
+                f"{_in(cut, '')} has no gradient, and `{target.text}` depends on the sources only through it; "
+                f"the tape reaches it through {cut.path()}: " + consequence
+            )
+        yield report(facts, cut.site, CODE, message, HINT)
+    yield from _compiled(model, reported)
+
+
+def _compiled(model, reported):
+    """Losses given to `compile` and subclassed models trained by `fit`: Keras records them on its own tape."""
+    facts = model.facts
+    for compile_call, fn, y_pred in model.compiled_losses():
+        summary = model.summary(fn)
+        cut = summary.returns.only_cut(y_pred) if summary is not None else None
+        if cut is None or cut.site in reported:
+            continue
+        reported.add(cut.site)
+        through = f" through {cut.path()}" if cut.calls else ""
         yield report(
-            facts, flow.cut, CODE,
-            f"{flow.what} has no gradient, and `{target.text}` depends on the sources only through it: "
-            f"`{tape.name}.gradient` (line {call.site.line}) returns None for every variable",
-            "Keep the path from the model to the loss in TensorFlow ops that have gradients "
-            "(no .numpy(), NumPy, float() or argmax); compute logging values after the tape.",
+            facts, cut.site, CODE,
+            f"{_in(cut, fn.name)} has no gradient, and the loss `{fn.name}` depends on `{y_pred}` only "
+            f"through it{through}: `fit` runs it as the loss given to `compile` (line {compile_call.site.line}), "
+            "every gradient is None and training fails with \"No gradients provided for any variable\"",
+            HINT,
+        )
+    for call in model.spans.calls:
+        if method_of(call) != "fit" or not call.receiver:
+            continue
+        fn = model.resolve_instance_method(call.receiver, call.site, "call")
+        if fn is None or not fn.bound or not model.is_keras(fn.owner):
+            continue
+        summary = model.summary(fn)
+        cut = summary.returns.only_cut(fn.self_name) if summary is not None else None
+        if cut is None or cut.site in reported:
+            continue
+        reported.add(cut.site)
+        yield report(
+            facts, cut.site, CODE,
+            f"{_in(cut, fn.name)} has no gradient, and `{fn.owner.name}.call` depends on the layer's variables "
+            f"only through it: `fit` (line {call.site.line}) gets None for every gradient of `{call.receiver}`",
+            HINT,
         )

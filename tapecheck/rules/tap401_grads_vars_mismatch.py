@@ -47,7 +47,7 @@ def gan_step(generator, discriminator, gen_opt, disc_opt, noise, real, loss_fns)
 from __future__ import annotations
 
 from tapecheck.rules._common import report
-from tapecheck.rules._flow import call_span, callee_of, method_of, spans_of, variable_owner
+from tapecheck.lint.queries import call_span, callee_of, method_of, spans_of, variable_owner
 
 CODE = "TAP401"
 NAME = "grads-vars-mismatch"

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from tapecheck.lint.facts import GRADIENT_METHODS
 from tapecheck.rules._common import is_keras_class, report
-from tapecheck.rules._flow import callee_of, method_of
+from tapecheck.lint.queries import callee_of, method_of
 
 CODE = "TAP402"
 NAME = "state-created-in-step"

@@ -67,7 +67,7 @@ import re
 from tapecheck.lint.facts import GRADIENT_METHODS
 from tapecheck.lint.project import MODE_LAYERS
 from tapecheck.rules._common import keras_member, report
-from tapecheck.rules._flow import callee_of, spans_of, variable_owner
+from tapecheck.lint.queries import callee_of, spans_of, variable_owner
 
 CODE = "TAP403"
 NAME = "missing-training-flag"

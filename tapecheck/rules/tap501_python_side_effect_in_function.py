@@ -58,7 +58,7 @@ from __future__ import annotations
 import re
 
 from tapecheck.rules._common import report
-from tapecheck.rules._flow import (
+from tapecheck.lint.queries import (
     METADATA_CALLS,
     call_span,
     callee_of,

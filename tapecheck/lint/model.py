@@ -1,0 +1,598 @@
+"""The program model: what one file's functions, classes and names are, asked once, shared by every rule.
+
+The facts (`tapecheck.lint.facts`) are events in source order. This layer answers the
+questions the rules used to answer each on its own, by name matching in one scope:
+
+- **Bindings**: what a name or a `self.` attribute refers to at a site: a function or
+  class of this file, an instance of a class of this file, an alias of either, or
+  unknown (a parameter, an import, anything else). Reaching definitions come from
+  `FileFacts.reaching_assigns`; a name not bound in its function is looked up in the
+  enclosing functions and then the module (closures and globals), and a `self.x` in
+  every method of its class.
+- **Calls**: `helper(x)`, `self.method(x)`, `obj.method(x)`, `model(x)` on an instance
+  of a local Keras `Layer`/`Model` (its `call`), and local base classes.
+- **Differentiable flow** (`Tracer`): which origins (the sources of a tape, the parameters
+  of a function) a value depends on through ops with a gradient (`live`), and which only
+  through a cut (`.numpy()`, NumPy, `float()`, argmax, integer casts), with the site of
+  the cut and the call path to it.
+- **Function summaries** (`summary`), computed once per function from its body and the
+  summaries of the functions it calls (Pysa's model): how the return value depends on each
+  parameter (live, cut with the op and line, or not at all), and which optimizers,
+  metrics and variables it creates on every call. Recursion is bounded: a function met
+  again while its own summary is being computed is unknown, and unknown is silent.
+
+Nothing here imports libcst: rules query this model and stay plain Python.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tapecheck.lint.facts import Block, Call, FileFacts, Site
+from tapecheck.lint.queries import METADATA_CALLS, call_span, callee_of, is_metadata, method_of, prefixes, spans_of
+
+# -- what cuts a gradient path --------------------------------------------------------
+NO_GRADIENT_OPS = frozenset(
+    {
+        "tensorflow.argmax", "tensorflow.argmin", "tensorflow.math.argmax", "tensorflow.math.argmin",
+        "tensorflow.round", "tensorflow.math.round",
+        "keras.ops.argmax", "keras.ops.argmin", "keras.ops.round",
+    }
+)
+CASTS = frozenset({"tensorflow.cast", "tensorflow.dtypes.cast", "keras.ops.cast"})
+PYTHON_CASTS = frozenset({"float", "int", "round"})
+INTEGER_DTYPE = re.compile(r"(u?int(8|16|32|64)|bool)")
+# Calls through which nothing flows, by design or because the result is metadata.
+STOP_CALLS = frozenset({"tensorflow.stop_gradient", "keras.ops.stop_gradient", "print", "tensorflow.print"}) | METADATA_CALLS
+# Calls that take indices or draw samples: a cut value used there is a choice, not a value.
+INDEX_CALLS = frozenset(
+    {
+        "tensorflow.gather", "tensorflow.gather_nd", "tensorflow.one_hot", "tensorflow.boolean_mask",
+        "tensorflow.nn.embedding_lookup", "tensorflow.random.categorical", "tensorflow.range",
+        "keras.ops.take", "keras.ops.take_along_axis", "keras.ops.one_hot",
+    }
+)
+CONDITIONAL_BLOCKS = frozenset({"if", "else", "except", "match", "for", "while", "try", "finally"})
+GUARD_BLOCKS = frozenset({"if", "else", "except", "match"})
+
+# -- what makes state --------------------------------------------------------------------
+VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
+KERAS_ROOTS = ("keras.", "tensorflow.keras.", "tf_keras.", "tensorflow.python.keras.")
+MAX_ALIAS_DEPTH = 8
+
+
+def keras_member(dotted: str, package: str) -> str:
+    """`Mean` for `keras.metrics.Mean` (any Keras flavour) when in `package`, else ""."""
+    if "keras" not in dotted:
+        return ""
+    for root in KERAS_ROOTS:
+        for middle in (f"{package}.", f"src.{package}.", f"api.{package}."):
+            prefix = root + middle
+            if dotted.startswith(prefix):
+                return dotted[len(prefix):].rsplit(".", 1)[-1]
+    return ""
+
+
+def is_keras_class(dotted: str, package: str) -> bool:
+    member = keras_member(dotted, package)
+    return bool(member) and member[0].isupper()
+
+
+def describe(call: Call) -> str:
+    if method_of(call) == "numpy" and not call.args:
+        return "`.numpy()`"
+    return f"`{call.func.text}()`" if call.func.text else f"`.{method_of(call)}()`"
+
+
+def cuts(facts: FileFacts, call: Call) -> bool:
+    """Whether this call returns a value with no gradient back to its inputs."""
+    callee = callee_of(facts, call)
+    if method_of(call) == "numpy" and not call.args and not callee.startswith(("numpy", "tensorflow")):
+        return True
+    if callee.startswith("numpy.") and not callee.startswith("numpy.random."):
+        return True
+    if call.func.kind == "name" and call.func.text in PYTHON_CASTS and call.func.text not in facts.imports:
+        return True
+    if callee in NO_GRADIENT_OPS:
+        return True
+    if callee in CASTS:
+        dtype = call.arg(1, "dtype")
+        if dtype is not None:
+            text = dtype.text.rsplit(".", 1)[-1] if dtype.text else str(dtype.value or "")
+            return bool(INTEGER_DTYPE.fullmatch(text))
+    return False
+
+
+# -- flows ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Where a gradient path was cut: the op's site, how to name it, and how it is reached."""
+
+    site: Site
+    what: str  # "`.numpy()`", "`np.log()`"
+    function: str = ""  # the function holding the cut; "" when it is in the scope traced
+    calls: tuple[tuple[str, int], ...] = ()  # from the traced scope inward: (callee, line of its call)
+
+    def through(self, callee: str, line: int) -> "Cut":
+        return Cut(self.site, self.what, self.function or callee, ((callee, line), *self.calls))
+
+    def path(self) -> str:
+        """"`loss_fn` (called at line 31), then `weighted` (called at line 12)"."""
+        return ", then ".join(f"`{name}` (called at line {line})" for name, line in self.calls)
+
+
+class Flow:
+    """The origins a value depends on: `live` through ops with gradients, `cuts` through a cut."""
+
+    __slots__ = ("live", "cuts")
+
+    def __init__(self, live=(), cuts=None):
+        self.live: set[str] = set(live)
+        self.cuts: dict[str, Cut] = dict(cuts or {})
+
+    def copy(self) -> "Flow":
+        return Flow(self.live, self.cuts)
+
+    def empty(self) -> bool:
+        return not self.live and not self.cuts
+
+    def merge(self, other: "Flow") -> None:
+        self.live |= other.live
+        for origin, cut in other.cuts.items():
+            self.cuts.setdefault(origin, cut)
+
+    def cut_all(self, cut: Cut) -> None:
+        for origin in self.live:
+            self.cuts[origin] = cut
+        self.live.clear()
+
+    def only_cut(self, origin: str) -> Cut | None:
+        """The cut, when `origin` reaches this value only through one."""
+        return None if origin in self.live else self.cuts.get(origin)
+
+
+# -- the model's objects -------------------------------------------------------------------
+@dataclass(slots=True)
+class Function:
+    block: Block
+    params: tuple[str, ...]
+    owner: Block | None  # the class, for a method
+    bound: bool  # a method that takes `self` (not a staticmethod)
+
+    @property
+    def name(self) -> str:
+        return self.block.name
+
+    @property
+    def self_name(self) -> str:
+        return self.params[0] if self.bound and self.params else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    klass: Block
+
+
+@dataclass(frozen=True, slots=True)
+class Creation:
+    """State made on every call of a function: where, what kind, and through which calls."""
+
+    site: Site
+    kind: str  # optimizer, metric, variable
+    text: str  # the constructor as written
+    function: str
+    calls: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(slots=True)
+class Summary:
+    returns: Flow = field(default_factory=Flow)  # origins: parameter names
+    creates: list[Creation] = field(default_factory=list)
+
+
+class ProgramModel:
+    """The semantic model of one file. Build it with `model_of(facts)`."""
+
+    def __init__(self, facts: FileFacts):
+        self.facts = facts
+        self.spans = spans_of(facts)
+        self.functions: dict[int, Function] = {}
+        self.classes: dict[int, Block] = {}
+        self._defs: dict[tuple[str, int, int], Block] = {}  # (name, line, scope) -> function/class block
+        self._summaries: dict[int, Summary | None] = {}
+        self._attributes: dict[tuple[int, str], object] = {}
+        self._assigns_by_scope: dict[int, list] = {}
+        params: dict[int, list[str]] = {}
+        for assign in facts.assigns:
+            self._assigns_by_scope.setdefault(facts.scope_of(assign.site), []).append(assign)
+            if assign.kind == "param":
+                params.setdefault(assign.site.block, []).append(assign.target)
+        for block in facts.blocks:
+            if block.kind not in ("function", "class"):
+                continue
+            parent_scope = facts.blocks[block.parent].scope if block.parent is not None else 0
+            self._defs[(block.name, block.line, parent_scope)] = block
+            if block.kind == "class":
+                self.classes[block.id] = block
+                continue
+            owner = facts.blocks[block.parent] if block.parent is not None else None
+            owner = owner if owner is not None and owner.kind == "class" else None
+            static = any(d.rsplit(".", 1)[-1] == "staticmethod" for d in block.decorators)
+            self.functions[block.id] = Function(block, tuple(params.get(block.id, ())), owner, owner is not None and not static)
+
+    # -- classes --------------------------------------------------------------------------
+    def local_class(self, dotted: str) -> Block | None:
+        """The class of this file a base or constructor name (`Net`, resolved) refers to."""
+        found = [b for b in self.classes.values() if b.name == dotted and self.facts.blocks[b.parent].kind == "module"]
+        return found[-1] if found else None
+
+    def bases(self, klass: Block, depth: int = 0):
+        """`klass` and its local base classes, nearest first."""
+        yield klass
+        if depth > MAX_ALIAS_DEPTH:
+            return
+        for base in klass.bases:
+            local = self.local_class(base)
+            if local is not None and local is not klass:
+                yield from self.bases(local, depth + 1)
+
+    def method(self, klass: Block, name: str) -> Function | None:
+        for cls in self.bases(klass):
+            for fn in self.functions.values():
+                if fn.owner is cls and fn.name == name:
+                    return fn
+        return None
+
+    def is_keras(self, klass: Block, package: str = "layers") -> bool:
+        """A subclass of a Keras Layer or Model (package "layers"), Loss ("losses"), Metric ("metrics")."""
+        for cls in self.bases(klass):
+            for base in cls.bases:
+                if package == "layers" and (is_keras_class(base, "layers") or is_keras_class(base, "models")
+                                            or base in ("keras.Model", "tensorflow.keras.Model", "keras.Layer",
+                                                        "tensorflow.Module", "tensorflow.keras.Sequential")):
+                    return True
+                if package != "layers" and is_keras_class(base, package):
+                    return True
+        return False
+
+    # -- bindings ---------------------------------------------------------------------------
+    def _definition(self, assign, scope: int):
+        block = self._defs.get((assign.target, assign.site.line, scope))
+        if block is None:
+            return None
+        return self.classes.get(block.id) or self.functions.get(block.id)
+
+    def _value_of(self, assign, depth: int):
+        """What one binding binds: a Function, a class Block, an Instance, or None."""
+        facts = self.facts
+        if assign.kind == "def":
+            return self._definition(assign, facts.scope_of(assign.site))
+        value = assign.value
+        if assign.kind != "assign" or value is None:
+            return None
+        if value.kind in ("name", "attribute") and value.text:
+            return self.binding(value.text, assign.site, depth + 1)
+        if value.kind == "call" and value.callee:
+            made = self.binding(value.callee, assign.site, depth + 1) if "." not in value.callee else None
+            if isinstance(made, Block) and made.kind == "class":
+                return Instance(made)
+        return None
+
+    def binding(self, name: str, site: Site, depth: int = 0):
+        """What `name` refers to at `site`: a Function, a class Block, an Instance, or None (unknown)."""
+        if depth > MAX_ALIAS_DEPTH or not name:
+            return None
+        facts = self.facts
+        if "." in name:
+            head, _, attribute = name.partition(".")
+            if "." in attribute:
+                return None
+            klass = self._self_class(head, site)
+            if klass is not None:
+                return self.attribute(klass, attribute, depth)
+            owner = self.binding(head, site, depth + 1)
+            if isinstance(owner, Instance):
+                return self.method(owner.klass, attribute) or self.attribute(owner.klass, attribute, depth)
+            return None
+        scope = facts.scope_of(site)
+        reaching = facts.reaching_assigns(name, site)
+        if reaching:
+            return self._one(reaching, depth)
+        if any(a.target == name for a in self._assigns_by_scope.get(scope, ())):
+            return None  # local to this function, bound later or on a path not seen: unknown
+        scope = self._enclosing(scope)
+        while scope is not None:
+            found = [a for a in self._assigns_by_scope.get(scope, ()) if a.target == name]
+            if found:  # read when the inner function runs, later: every binding may hold
+                return self._one(found, depth) if all(a.kind in ("assign", "def") for a in found) else None
+            scope = self._enclosing(scope)
+        return None
+
+    def _one(self, assigns, depth: int):
+        values = [self._value_of(a, depth) for a in assigns]
+        first = values[0]
+        return first if first is not None and all(v is first or v == first for v in values) else None
+
+    def _enclosing(self, scope: int) -> int | None:
+        """The scope whose names a function's body sees next (class bodies do not enclose methods)."""
+        blocks = self.facts.blocks
+        while True:
+            parent = blocks[scope].parent
+            if parent is None:
+                return None
+            scope = blocks[parent].scope
+            if blocks[scope].kind != "class":
+                return scope
+
+    def _self_class(self, head: str, site: Site) -> Block | None:
+        """The class whose instance `head` is, when `head` is the `self` of the method holding `site`."""
+        fn = self.functions.get(self.facts.scope_of(site))
+        if fn is not None and fn.bound and fn.self_name == head:
+            return fn.owner
+        return None
+
+    def attribute(self, klass: Block, attribute: str, depth: int = 0):
+        """What `self.<attribute>` holds in every method of `klass`: one value, or None."""
+        key = (klass.id, attribute)
+        if key in self._attributes:
+            return self._attributes[key]
+        self._attributes[key] = None  # while computing: unknown
+        values = {}
+        for cls in self.bases(klass):
+            for fn in self.functions.values():
+                if fn.owner is not cls or not fn.bound:
+                    continue
+                target = f"{fn.self_name}.{attribute}"
+                for assign in self._assigns_by_scope.get(fn.block.id, ()):
+                    if assign.target == target:
+                        value = self._value_of(assign, depth + 1)
+                        values[id(value)] = value
+        result = next(iter(values.values())) if len(values) == 1 else None
+        self._attributes[key] = result
+        return result
+
+    # -- calls ------------------------------------------------------------------------------
+    def resolve(self, call: Call) -> Function | None:
+        """The function of this file a call runs, or None."""
+        if call.func.kind not in ("name", "attribute") or not call.func.text:
+            return None
+        target = self.binding(call.func.text, call.site)
+        if isinstance(target, Function):
+            return target
+        if isinstance(target, Instance):
+            return self.method(target.klass, "call") or self.method(target.klass, "__call__")
+        return None
+
+    def resolve_instance_method(self, name: str, site: Site, method: str) -> Function | None:
+        """`Net.call` when `name` holds an instance of the local class `Net` at `site`."""
+        target = self.binding(name, site)
+        return self.method(target.klass, method) if isinstance(target, Instance) else None
+
+    def parameter(self, call: Call, fn: Function, order: int) -> str | None:
+        """The parameter of `fn` that receives the event at `order` of `call`; None: unknown.
+
+        "" when the event is the called thing itself and `fn` takes no `self` for it."""
+        bound_by_call = fn.bound and (
+            call.func.kind == "attribute" or isinstance(self.binding(call.func.text, call.site), Instance)
+        )
+        first_arg = min((start for _, start, _ in call.arg_spans), default=call.end_order)
+        if order <= first_arg:
+            return fn.self_name if bound_by_call else ""
+        positional = fn.params[1:] if bound_by_call else fn.params
+        for key, start, end in call.arg_spans:
+            if start < order <= end:
+                if key == -1:
+                    return None
+                if isinstance(key, str):
+                    return key if key in fn.params else None
+                return positional[key] if key < len(positional) else None
+        return None
+
+    # -- summaries -------------------------------------------------------------------------
+    def summary(self, fn: Function) -> Summary | None:
+        """What a call of `fn` does; None while it is being computed (recursion: unknown)."""
+        key = fn.block.id
+        if key in self._summaries:
+            return self._summaries[key]
+        self._summaries[key] = None
+        facts = self.facts
+        params = set(fn.params)
+        summary = Summary()
+        tracer = Tracer(self, lambda name: {name.partition(".")[0]} & params, hides=True)
+        events = [a for a in self._assigns_by_scope.get(key, ()) if a.kind in ("assign", "augassign") and a.span != (0, 0)]
+        events += [e for e in facts.exits if e.kind == "return" and e.span != (0, 0) and facts.scope_of(e.site) == key]
+        for event in sorted(events, key=lambda e: e.site.order):
+            if hasattr(event, "target"):
+                tracer.assign(event, merge=event.site.block != key)
+            else:
+                summary.returns.merge(tracer.judge(event.span))
+        for call in self.spans.calls:
+            if facts.scope_of(call.site) != key or call.site.in_comprehension or self.guarded(call.site, key):
+                continue
+            kind = self.state_kind(call)
+            if kind:
+                summary.creates.append(Creation(call.site, kind, call.func.text, fn.name))
+                continue
+            callee = self.resolve(call)
+            if callee is not None and callee.name not in ("__init__", "build"):
+                inner = self.summary(callee)
+                if inner is not None:
+                    summary.creates.extend(
+                        Creation(c.site, c.kind, c.text, c.function, ((callee.name, call.site.line), *c.calls))
+                        for c in inner.creates
+                    )
+        self._summaries[key] = summary
+        return summary
+
+    def guarded(self, site: Site, outer: int) -> bool:
+        """Inside an `if`/`else`/`except`/`case` between block `outer` and the site: on some passes only."""
+        chain = self.facts.chain(site.block)
+        start = chain.index(outer) if outer in chain else 0
+        return any(self.facts.blocks[b].kind in GUARD_BLOCKS for b in chain[start:])
+
+    def state_kind(self, call: Call) -> str:
+        """optimizer, metric or variable when the call makes one, else ""."""
+        callee = callee_of(self.facts, call)
+        if callee in VARIABLE_CLASSES:
+            return "variable"
+        if is_keras_class(callee, "optimizers") and ".schedules." not in callee:
+            return "optimizer"
+        if is_keras_class(callee, "metrics"):
+            return "metric"
+        if call.func.kind == "name":
+            made = self.binding(call.func.text, call.site)
+            if isinstance(made, Block) and made.kind == "class" and self.is_keras(made, "metrics"):
+                return "metric"
+        return ""
+
+    # -- what Keras runs for you ---------------------------------------------------------
+    def compiled_losses(self):
+        """(compile call, the function Keras calls as a loss, its `y_pred` parameter) for each loss given to `compile`."""
+        for call in self.spans.calls:
+            if method_of(call) != "compile":
+                continue
+            loss = call.arg(1, "loss")
+            if loss is None:
+                continue
+            items = list(loss.elements) if loss.kind in ("list", "tuple") else [loss]
+            for item in items:
+                fn = None
+                if item.kind in ("name", "attribute") and item.text:
+                    target = self.binding(item.text, call.site)
+                    if isinstance(target, Function):
+                        fn = target
+                    elif isinstance(target, Instance):
+                        fn = self.method(target.klass, "call") or self.method(target.klass, "__call__")
+                elif item.kind == "call" and item.callee and "." not in item.callee:
+                    made = self.binding(item.callee, call.site)
+                    if isinstance(made, Block) and made.kind == "class":
+                        fn = self.method(made, "call") or self.method(made, "__call__")
+                if fn is None:
+                    continue
+                positional = fn.params[1:] if fn.bound else fn.params
+                if len(positional) >= 2:
+                    yield call, fn, positional[1]
+
+
+class Tracer:
+    """Follows assignments in order, keeping the Flow of each name from the given origins.
+
+    `origin_of(name)` gives the origins a name stands for when nothing assigned it
+    here (a tape's sources, a function's parameters)."""
+
+    def __init__(self, model: ProgramModel, origin_of, boundary: tuple[int, ...] = (), hides: bool = False):
+        # hides: a name bound here stands for its new value only (a parameter rebound), not its origin too
+        self.model, self.origin_of, self.boundary, self.hides = model, origin_of, boundary, hides
+        self.state: dict[str, Flow] = {}
+
+    def known(self, name: str) -> Flow | None:
+        for prefix in prefixes(name):
+            if prefix in self.state:
+                return self.state[prefix]
+        return None
+
+    def flow_of(self, name: str) -> Flow:
+        known = self.known(name)
+        flow = known.copy() if known is not None else Flow()
+        if known is None or not self.hides:
+            flow.live |= self.origin_of(name)
+        for origin in flow.live:
+            flow.cuts.pop(origin, None)
+        return flow
+
+    def assign(self, assign, merge: bool) -> Flow:
+        flow = self.judge(assign.span)
+        if flow.empty() and self.boundary:
+            self._picked_by_if(assign, flow)
+        previous = self.state.get(assign.target)
+        if previous is None and merge:
+            previous = Flow(self.origin_of(assign.target))  # a parameter rebound on some paths only
+        if previous is not None and merge:
+            flow.merge(previous)  # a conditional rebinding: either value may hold
+        self.state[assign.target] = flow
+        return flow
+
+    def judge(self, span: tuple[int, int]) -> Flow:
+        model = self.model
+        facts = model.facts
+        calls = model.spans.calls_in(span)
+        flow = Flow()
+        for use in model.spans.uses_in(span):
+            order = use.site.order
+            if is_metadata(use.name):
+                continue
+            enclosing = [c for c in calls if c.site.order < order <= c.end_order]
+            if any(callee_of(facts, c) in STOP_CALLS for c in enclosing):
+                continue
+            value = self.flow_of(use.name)
+            if value.empty():
+                continue
+            indexed = [i for i, c in enumerate(enclosing) if _is_index(facts, c)]
+            outermost_index = indexed[0] if indexed else len(enclosing)
+            for position in range(len(enclosing) - 1, -1, -1):
+                call = enclosing[position]
+                if position == outermost_index or position in indexed:
+                    value.cuts.clear()  # an index or a sample: a choice, not a value
+                elif position > outermost_index:
+                    continue  # inside an index: no cut is a cut here
+                elif cuts(facts, call):
+                    value.cut_all(Cut(call.site, describe(call)))
+                else:
+                    value = self._through(call, order, value)
+                if value.empty():
+                    break
+            flow.merge(value)
+        for origin in flow.live:
+            flow.cuts.pop(origin, None)
+        return flow
+
+    def _through(self, call: Call, order: int, value: Flow) -> Flow:
+        model = self.model
+        fn = model.resolve(call)
+        if fn is None:
+            return value
+        param = model.parameter(call, fn, order)
+        if param is None or param == "":
+            return value  # a `*args` argument, or the function's own name: unknown, passed on
+        summary = model.summary(fn)
+        if summary is None:
+            return value
+        returns = summary.returns
+        if param in returns.live:
+            return value
+        cut = returns.cuts.get(param)
+        if cut is not None:
+            value.cut_all(cut.through(fn.name, call.site.line))
+            return value
+        return Flow()  # this argument does not reach the return value
+
+    def _picked_by_if(self, assign, flow: Flow) -> None:
+        """A value that does not depend on the origins, chosen by an `if` on one that does."""
+        facts = self.model.facts
+        for block_id in reversed(facts.chain(assign.site.block)):
+            block = facts.blocks[block_id]
+            if block_id in self.boundary:
+                return
+            if block.kind in ("if", "else") and block.test_span != (0, 0):
+                for use in self.model.spans.uses_in(block.test_span):
+                    if is_metadata(use.name):
+                        continue
+                    value = self.flow_of(use.name)
+                    if value.live:
+                        for origin in value.live:
+                            flow.cuts[origin] = Cut(use.site, "a Python `if` on a tensor")
+                        return
+
+
+def _is_index(facts, call) -> bool:
+    callee = callee_of(facts, call)
+    return callee in INDEX_CALLS or callee.startswith("numpy.random.")
+
+
+def model_of(facts: FileFacts) -> ProgramModel:
+    """The model of `facts`, built once per file however many rules ask."""
+    model = facts.model
+    if model is None:
+        model = facts.model = ProgramModel(facts)
+    return model
