@@ -165,6 +165,10 @@ class Function:
         return self.block.name
 
     @property
+    def qualname(self) -> str:
+        return f"{self.owner.name}.{self.block.name}" if self.owner is not None else self.block.name
+
+    @property
     def self_name(self) -> str:
         return self.params[0] if self.bound and self.params else ""
 
@@ -412,14 +416,14 @@ class ProgramModel:
                 continue
             kind = self.state_kind(call)
             if kind:
-                summary.creates.append(Creation(call.site, kind, call.func.text, fn.name))
+                summary.creates.append(Creation(call.site, kind, call.func.text, fn.qualname))
                 continue
             callee = self.resolve(call)
             if callee is not None and callee.name not in ("__init__", "build"):
                 inner = self.summary(callee)
                 if inner is not None:
                     summary.creates.extend(
-                        Creation(c.site, c.kind, c.text, c.function, ((callee.name, call.site.line), *c.calls))
+                        Creation(c.site, c.kind, c.text, c.function, ((callee.qualname, call.site.line), *c.calls))
                         for c in inner.creates
                     )
         self._summaries[key] = summary
@@ -563,7 +567,7 @@ class Tracer:
             return value
         cut = returns.cuts.get(param)
         if cut is not None:
-            value.cut_all(cut.through(fn.name, call.site.line))
+            value.cut_all(cut.through(fn.qualname, call.site.line))
             return value
         return Flow()  # this argument does not reach the return value
 

@@ -317,7 +317,7 @@ def _compiled(model, reported):
         through = f" through {cut.path()}" if cut.calls else ""
         yield report(
             facts, cut.site, CODE,
-            f"{_in(cut, fn.name)} has no gradient, and the loss `{fn.name}` depends on `{y_pred}` only "
+            f"{_in(cut, fn.qualname)} has no gradient, and the loss `{fn.qualname}` depends on `{y_pred}` only "
             f"through it{through}: `fit` runs it as the loss given to `compile` (line {compile_call.site.line}), "
             "every gradient is None and training fails with \"No gradients provided for any variable\"",
             HINT,
@@ -335,7 +335,7 @@ def _compiled(model, reported):
         reported.add(cut.site)
         yield report(
             facts, cut.site, CODE,
-            f"{_in(cut, fn.name)} has no gradient, and `{fn.owner.name}.call` depends on the layer's variables "
+            f"{_in(cut, fn.qualname)} has no gradient, and `{fn.owner.name}.call` depends on the layer's variables "
             f"only through it: `fit` (line {call.site.line}) gets None for every gradient of `{call.receiver}`",
             HINT,
         )
