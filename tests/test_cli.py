@@ -52,7 +52,7 @@ def test_clean_file_exits_zero(tmp_path):
 def test_finding_line_format_and_exit_one(tmp_path):
     path = tmp_path / "bad.py"
     path.write_text(LATE_TARGET)
-    result = run("lint", str(path))
+    result = run("lint", "--output-format", "concise", str(path))
     assert result.exit_code == 1
     first, summary = result.output.splitlines()
     assert first.startswith(f"{path}:7:12: TAP101 `loss` is computed at line 6, after")
@@ -70,8 +70,8 @@ def test_findings_sorted_by_path_then_position(tmp_path):
 
 
 def test_usage_errors_exit_two():
-    assert run("lint").exit_code == 2
     assert run("lint", "--no-such-flag", "x.py").exit_code == 2
+    assert run("lint", "--output-format", "nonsense", "x.py").exit_code == 2
 
 
 def test_stdin_with_filename():
@@ -97,10 +97,17 @@ def test_bad_files_are_reported_and_the_rest_is_linted(tmp_path):
     assert out.rstrip().endswith("1 finding in 4 files; 4 files could not be linted.")
 
 
-def test_files_no_rule_looks_at_are_not_parsed(tmp_path):
-    # the byte screen: a broken file that mentions nothing the rules need is skipped, not an error
+def test_files_no_rule_looks_at_are_still_checked_by_pythons_parser(tmp_path):
+    # the byte screen skips libcst for a file that mentions nothing the rules need; Python's
+    # own parser still runs, so a broken file is reported rather than silently clean
     (tmp_path / "unrelated.py").write_text("def f(:\n")
-    assert run("lint", str(tmp_path)).output == "0 findings in 1 file.\n"
+    (tmp_path / "fine.py").write_text("def f():\n    return 1\n")
+    result = run("lint", str(tmp_path))
+    assert result.exit_code == 1
+    assert result.output == (
+        f"{tmp_path / 'unrelated.py'}: error: syntax error at line 1, column 7: invalid syntax\n"
+        "0 findings in 2 files; 1 file could not be linted.\n"
+    )
 
 
 def test_discovery_skips_vcs_venvs_build_and_gitignored(tmp_path):

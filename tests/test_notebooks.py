@@ -35,7 +35,7 @@ def write_notebook(path: Path, *cells: tuple[str, str]) -> Path:
 
 
 def test_findings_name_the_cell_and_the_line_in_it():
-    result = run("lint", str(NOTEBOOK))
+    result = run("lint", "--output-format", "concise", str(NOTEBOOK))
     assert result.exit_code == 1
     lines = result.output.splitlines()
     # cell 6 is the 4th code cell: markdown cells count, as the notebook shows them

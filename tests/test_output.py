@@ -55,7 +55,7 @@ def test_text_is_plain_when_not_a_terminal(tree):
     assert "\x1b[" not in result.output
     assert "./train.py:7:13: TAP101 " in result.output
     assert "./train.py:8:11: TAP302 [*] Keras 3 optimizers reject `lr=`" in result.output
-    assert "[*] 1 fixable with `--fix`." in result.output
+    assert "[*] 1 fixable with the `--fix` option." in result.output
     assert "./nb.ipynb:cell 8:4:24: TAP301 `train_loss`" in result.output  # notebooks: no fixes
 
 
@@ -64,9 +64,17 @@ def test_unsafe_fixes_are_counted_apart(tree):
         "import tensorflow as tf\nacc = tf.keras.metrics.Mean()\nfor epoch in range(3):\n"
         "    for x in data:\n        acc.update_state(x)\n    print(acc.result())\n"
     )
-    assert "[*] 1 fixable with `--fix` (1 more with `--unsafe-fixes`)." in run("lint", "train.py", "epochs.py").output
+    assert (
+        "[*] 1 fixable with the `--fix` option (1 hidden fix can be enabled with the `--unsafe-fixes` option)."
+        in run("lint", "train.py", "epochs.py").output
+    )
+    only_hidden = run("lint", "epochs.py").output.splitlines()
+    assert only_hidden[-2:] == [
+        "No fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option).", "1 finding in 1 file.",
+    ]
     shown = run("lint", "--unsafe-fixes", "train.py", "epochs.py").output
-    assert "epochs.py:6:11: TAP301 [*] `acc`" in shown and "[*] 2 fixable with `--fix`." in shown
+    assert "epochs.py:6:11: TAP301 [*] `acc`" in shown and "[*] 2 fixable with the `--fix` option." in shown
+    assert "hidden" not in shown and "fixable" not in run("lint", "nb.ipynb").output  # no "0 fixable" line
 
 
 def _run_in_terminal(args, env) -> str:

@@ -46,88 +46,154 @@ def _skip_the_last_collections() -> None:
     atexit.register(gc.freeze)
 
 
+FORMAT_CHOICES = ["full", "concise", "json", "sarif", "github", "text"]
+
+
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, type=click.Path())
 @click.option("--stdin-filename", default=None, help="The file name to report when reading source from `-`.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="Use this pyproject.toml's [tool.tapecheck] for every file (no search).")
-@click.option("--select", default=None, metavar="CODES", help="Comma-separated codes or prefixes to check (replaces the configured select and ignore).")
+@click.option("--select", default=None, metavar="CODES", help="Comma-separated codes or prefixes to check (replaces the configured select, extend-select and ignore).")
+@click.option("--extend-select", default=None, metavar="CODES", help="Comma-separated codes or prefixes to check on top of the selection.")
 @click.option("--ignore", default=None, metavar="CODES", help="Comma-separated codes or prefixes not to check (added to the configured ignore).")
-@click.option("--output-format", type=click.Choice(["text", "json", "sarif", "github"]), default="text", show_default=True,
-              help="text (colors on a terminal unless NO_COLOR is set), json, sarif (2.1.0) or github (workflow annotations).")
+@click.option("--output-format", type=click.Choice(FORMAT_CHOICES), default="full", show_default=True,
+              help="full (code frame and hint; colors on a terminal unless NO_COLOR is set; `text` is its old name), "
+                   "concise (one line per finding), json, sarif (2.1.0) or github (workflow annotations).")
+@click.option("--output-file", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to this file (replaced atomically) instead of standard output.")
+@click.option("--quiet", "-q", is_flag=True, help="Print the findings only: no summary lines.")
 @click.option("--statistics", is_flag=True, help="Count findings per rule instead of listing them.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
-@click.option("--fix", is_flag=True, help="Apply the safe fixes, in place.")
+@click.option("--fix", is_flag=True, help="Apply the safe fixes, in place (on `-`: the fixed source goes to standard output).")
 @click.option("--diff", is_flag=True, help="Print the fixes as a diff; write nothing.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply (or show) fixes that may change what the code does.")
+@click.option("--show-fixes", is_flag=True, help="Show what each fix would change; with --fix, list what was fixed.")
+@click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` to every line with a finding (Python files, in place).")
 @click.option("--report-unused-suppressions", is_flag=True, help="Report `# noqa: TAP...` / `# tapecheck: ignore[...]` comments that hide nothing.")
 @click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named on the command line too (for pre-commit).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write .tapecheck_cache (results of unchanged files).")
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=0, metavar="N",
               help="Processes to lint with; 0 (default) picks by the amount of work, 1 stays in one process.")
-def lint(paths, stdin_filename, config_file, select, ignore, output_format, statistics, exit_zero, fix, diff,
-         unsafe_fixes, report_unused_suppressions, force_exclude, no_cache, jobs):
-    """Lint PATHS (files or folders; `-` reads standard input) for GradientTape pitfalls.
+def lint(paths, stdin_filename, config_file, select, extend_select, ignore, output_format, output_file, quiet,
+         statistics, exit_zero, fix, diff, unsafe_fixes, show_fixes, add_noqa, report_unused_suppressions,
+         force_exclude, no_cache, jobs):
+    """Lint PATHS (files or folders, default `.`; `-` reads standard input) for GradientTape pitfalls.
 
     Exit status: 0 clean, 1 findings or unreadable files, 2 usage or configuration error.
     """
     from tapecheck.lint.config import ConfigError
 
     _skip_the_last_collections()
-    if (fix or diff) and "-" in paths:
-        raise click.UsageError("--fix and --diff rewrite files; they do not apply to standard input")
+    paths = paths or (".",)
+    if add_noqa and (fix or diff):
+        raise click.UsageError("--add-noqa cannot be combined with --fix or --diff")
+    if add_noqa and "-" in paths:
+        raise click.UsageError("--add-noqa rewrites files; it does not apply to standard input")
+    options = _Options(stdin_filename, config_file, select, extend_select, ignore, output_format, output_file, quiet,
+                       statistics, fix, diff, unsafe_fixes, show_fixes, add_noqa, report_unused_suppressions,
+                       force_exclude, no_cache, jobs)
     try:
-        status = _run(paths, stdin_filename, config_file, select, ignore, output_format, statistics, fix, diff,
-                      unsafe_fixes, report_unused_suppressions, force_exclude, no_cache, jobs)
+        status = _run(paths, options)
     except ConfigError as exc:
         click.echo(f"tapecheck: error: {exc}", err=True)
         sys.exit(2)
     sys.exit(0 if exit_zero else status)
 
 
-def _run(paths, stdin_filename, config_file, select, ignore, output_format, statistics, fix, diff,
-         unsafe_fixes, report_unused_suppressions, force_exclude, no_cache=False, jobs=0) -> int:
+class _Options:
+    FIELDS = ("stdin_filename", "config_file", "select", "extend_select", "ignore", "output_format", "output_file",
+              "quiet", "statistics", "fix", "diff", "unsafe_fixes", "show_fixes", "add_noqa",
+              "report_unused_suppressions", "force_exclude", "no_cache", "jobs")
+
+    def __init__(self, *values, **named):
+        defaults = dict.fromkeys(self.FIELDS, False)
+        defaults.update(stdin_filename=None, config_file=None, select=None, extend_select=None, ignore=None,
+                        output_format="full", output_file=None, jobs=0)
+        defaults.update(zip(self.FIELDS, values))
+        defaults.update(named)
+        self.__dict__.update(defaults)
+
+
+class _Printer:
+    """Where the report goes: standard output, standard error (when stdout carries fixed
+    source), or a file written atomically at the end."""
+
+    def __init__(self, output_file: str | None, report_to_stderr: bool):
+        self.output_file = output_file
+        self.to_stderr = report_to_stderr and output_file is None
+        self.parts: list[str] = []
+
+    @property
+    def is_terminal(self) -> bool:
+        stream = sys.stderr if self.to_stderr else sys.stdout
+        return self.output_file is None and stream.isatty()
+
+    def report(self, text: str, color: bool = False) -> None:
+        if self.output_file is not None:
+            self.parts.append(text)
+        else:
+            click.echo(text, nl=False, color=color, err=self.to_stderr)
+
+    def note(self, text: str) -> None:
+        """A message about the run, not the report: standard error, or the file."""
+        if self.output_file is not None:
+            self.parts.append(text + "\n")
+        else:
+            click.echo(text, err=True)
+
+    def close(self) -> None:
+        if self.output_file is None:
+            return
+        from tapecheck.lint.output import write_atomically
+
+        try:
+            write_atomically(self.output_file, "".join(self.parts).encode("utf-8"))
+        except OSError as exc:
+            raise click.FileError(self.output_file, hint=exc.strerror or str(exc)) from None
+
+
+def _run(paths, options) -> int:
     from tapecheck.findings import FileError
     from tapecheck.lint.config import Overrides, Settings
-    from tapecheck.lint.engine import LintError, Report, lint_paths, lint_source
+    from tapecheck.lint.engine import LintError, Report, lint_paths
     from tapecheck.lint.files import discover
     from tapecheck.lint.output import Outcome, render, sort_key, use_color
     from tapecheck.lint.output import statistics as statistics_table
+    from tapecheck.lint.parallel import lint_stdin
     from tapecheck.lint.suppressions import split
 
-    settings = Settings(config_file, Overrides.from_flags(select, ignore))
+    fix, diff = options.fix, options.diff
+    settings = Settings(options.config_file, Overrides.from_flags(options.select, options.ignore, options.extend_select))
     report = Report()
     sources: dict[str, bytes] = {}
+    stdin_name = None
     if "-" in paths:
-        name = stdin_filename or "<stdin>"
-        from tapecheck.lint.engine import MAX_FILE_BYTES
-
-        sources[name] = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)  # the limit files have, not all of memory
-        report.files_checked += 1
-        try:
-            if len(sources[name]) > MAX_FILE_BYTES:
-                sources[name] = b""
-                raise LintError(f"input too large to lint (over {MAX_FILE_BYTES // 2**20} MiB)")
-            report.findings.extend(lint_source(sources[name], name, settings.rules_for([name])))
-        except LintError as exc:
-            report.errors.append(FileError(name, str(exc)))
-    files, missing = discover([p for p in paths if p != "-"], settings.excluded, force_exclude)
+        stdin_name = options.stdin_filename or "<stdin>"
+        data, stdin_report = lint_stdin(sys.stdin.buffer, stdin_name, settings.rules_for([stdin_name]))
+        sources[stdin_name] = data
+        report.extend(stdin_report)
+    printer = _Printer(options.output_file, report_to_stderr=fix and stdin_name is not None)
+    files, missing = discover([p for p in paths if p != "-"], settings.excluded, options.force_exclude)
     report.errors.extend(missing)
     if files:
         # Deselected rules never run: their screens do not make files parse, their index is not built.
-        report.extend(lint_paths(files, settings.rules_for(files), jobs=jobs or None, cache=not no_cache))
+        report.extend(lint_paths(files, settings.rules_for(files), jobs=options.jobs or None, cache=not options.no_cache))
 
     findings = [f for f in report.findings if settings.enabled(f.code, f.path)]
     linted = list(sources) + files
-    suppressed = split(findings, sources, linted if report_unused_suppressions else (), settings.enabled)
+    suppressed = split(findings, sources, linted if options.report_unused_suppressions else (), settings.enabled)
     findings = suppressed.kept
-    outcome = Outcome(errors=list(report.errors), unused=suppressed.unused,
-                      files_checked=report.files_checked, unsafe_fixes=unsafe_fixes)
+    outcome = Outcome(errors=list(report.errors), unused=suppressed.unused, files_checked=report.files_checked,
+                      unsafe_fixes=options.unsafe_fixes, sources=sources)
+    if options.add_noqa:
+        return _add_noqa(findings, outcome, printer, options.quiet)
 
     by_path: dict[str, list] = {}
     for finding in findings:
         by_path.setdefault(finding.path, []).append(finding)
     diffs = []
+    fixed_stdin = None
     if fix or diff:  # findings come with their fixes (engine, cache): only rewriting needs the fixers here
         from tapecheck.lint import fixes as fixing
     for path, found in by_path.items():
@@ -144,7 +210,7 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
                 outcome.findings.extend(found)
                 continue
         try:
-            result = fixing.fix_source(data, path, _Suppressed(settings, path), unsafe_fixes)
+            result = fixing.fix_source(data, path, _Suppressed(settings, path), options.unsafe_fixes)
         except (LintError, SyntaxError, UnicodeDecodeError, LookupError) as exc:  # changed since it was linted
             outcome.errors.append(FileError(path, f"not fixed: {exc}"))
             outcome.findings.extend(found)
@@ -154,7 +220,9 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
                 diffs.append(result.diff())
             outcome.findings.extend(found)
             continue
-        if result.changed:
+        if path == stdin_name and path in sources:
+            fixed_stdin = result.fixed  # standard input: the fixed source goes to standard output
+        elif result.changed:
             try:
                 fixing.atomic_write(path, result.fixed)
             except fixing.FixError as exc:
@@ -162,25 +230,83 @@ def _run(paths, stdin_filename, config_file, select, ignore, output_format, stat
                 outcome.findings.extend(found)
                 continue
         outcome.fixed += result.fixed_count
+        outcome.fixed_findings.extend(_fixed(found, result.remaining))
         outcome.findings.extend(result.remaining)
     outcome.findings.sort(key=sort_key)
     outcome.errors.sort()
+    if fix and stdin_name is not None:
+        # As ruff: with --fix, standard input comes back on standard output, fixed or not.
+        click.echo(fixed_stdin if fixed_stdin is not None else sources[stdin_name], nl=False)
+        if stdin_name in sources:  # the frames show the fixed text
+            sources[stdin_name] = fixed_stdin if fixed_stdin is not None else sources[stdin_name]
 
-    if diff:
-        click.echo("".join(diffs), nl=False)
-        for error in outcome.errors:
-            click.echo(error.format(), err=True)
-        would = sum(1 for _ in diffs)
-        click.echo(f"Would fix {would} file{'' if would == 1 else 's'}." if would else "No fixes available.", err=True)
-        return 1 if diffs or outcome.errors else 0
-    if statistics:
-        for error in outcome.errors:
-            click.echo(error.format(), err=True)
-        click.echo(statistics_table(outcome, as_json=output_format == "json"), nl=False)
-    else:
-        color = output_format == "text" and use_color(sys.stdout.isatty())
-        click.echo(render(outcome, output_format, color), nl=False, color=color)
+    try:
+        if diff:
+            printer.report("".join(diffs))
+            for error in outcome.errors:
+                printer.note(error.format())
+            would = len(diffs)
+            if not options.quiet:
+                printer.note(f"Would fix {would} file{'' if would == 1 else 's'}." if would else "No fixes available.")
+            return 1 if diffs or outcome.errors else 0
+        if options.statistics:
+            for error in outcome.errors:
+                printer.note(error.format())
+            printer.report(statistics_table(outcome, as_json=options.output_format == "json"))
+        else:
+            color = options.output_format in ("full", "concise", "text") and use_color(printer.is_terminal)
+            printer.report(render(outcome, options.output_format, color, quiet=options.quiet,
+                                  show_fixes=options.show_fixes), color=color)
+    finally:
+        printer.close()
     return 1 if outcome.findings or outcome.errors or outcome.unused else 0
+
+
+def _fixed(before, remaining) -> list:
+    """The findings of `before` that --fix removed, by code (positions move as lines are edited)."""
+    from collections import Counter
+
+    left = Counter(f.code for f in remaining)
+    fixed = []
+    for finding in before:
+        if left[finding.code]:
+            left[finding.code] -= 1
+        else:
+            fixed.append(finding)
+    return fixed
+
+
+def _add_noqa(findings, outcome, printer, quiet: bool) -> int:
+    """`--add-noqa`: a `# noqa: CODE` comment on each line with a finding, files replaced atomically."""
+    from tapecheck.findings import FileError
+    from tapecheck.lint.noqa import NoqaError, add_noqa
+
+    by_path: dict[str, list] = {}
+    for finding in findings:
+        if finding.origin == "lint":
+            by_path.setdefault(finding.path, []).append(finding)
+    added = 0
+    errors = list(outcome.errors)
+    for path, found in sorted(by_path.items()):
+        if path.endswith(".ipynb"):
+            errors.append(FileError(path, "--add-noqa leaves notebooks alone; add the comments in the cells"))
+            continue
+        try:
+            count, skipped = add_noqa(path, found)
+        except NoqaError as exc:
+            errors.append(FileError(path, str(exc)))
+            continue
+        added += count
+        for line, why in skipped:
+            printer.note(f"{path}:{line}: no noqa added: {why}")
+    try:
+        for error in errors:
+            printer.note(error.format())
+        if not quiet:
+            printer.note(f"Added {added} noqa directive{'' if added == 1 else 's'}.")
+    finally:
+        printer.close()
+    return 1 if errors else 0
 
 
 @click.command()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from tapecheck.lint.files import SKIP_DIRS
 from tapecheck.rules import RULES
 
-KEYS = ("select", "ignore", "per-file-ignores", "exclude", "extend-exclude")
+KEYS = ("select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude")
 ALL_CODES = tuple(rule.code for rule in RULES)
 
 
@@ -121,10 +121,13 @@ def _table(path: str) -> dict | None:
 def parse(table: dict, path: str) -> Config:
     """Settings from a `[tool.tapecheck]` table; ConfigError names any bad key or code."""
     config = Config(root=os.path.dirname(os.path.abspath(path)), path=path)
+    extend_select: set[str] = set()
     for key, value in table.items():
         where = f"{path}: [tool.tapecheck] {key}"
         if key == "select":
             config.select = _selectors(value, where)
+        elif key == "extend-select":
+            extend_select = _selectors(value, where)
         elif key == "ignore":
             config.ignore = _selectors(value, where)
         elif key == "per-file-ignores":
@@ -138,6 +141,7 @@ def parse(table: dict, path: str) -> Config:
             config.extend_exclude = _spec(_patterns(value, where), where)
         else:
             raise ConfigError(f"{path}: [tool.tapecheck] unknown key {key!r} (known: {', '.join(KEYS)})")
+    config.select |= extend_select  # on top of `select`, wherever it stands in the table; `ignore` still wins
     return config
 
 
@@ -155,19 +159,22 @@ def load(path: str) -> Config:
 class Overrides:
     """Command-line flags that take precedence over every configuration file."""
 
-    select: set[str] | None = None  # replaces the configured select and ignore
+    select: set[str] | None = None  # replaces the configured select (extend-select too) and ignore
     ignore: set[str] = field(default_factory=set)  # added to the configured ignore
+    extend_select: set[str] = field(default_factory=set)  # added to the selection
 
     @classmethod
-    def from_flags(cls, select: str | None, ignore: str | None) -> "Overrides":
+    def from_flags(cls, select: str | None, ignore: str | None, extend_select: str | None = None) -> "Overrides":
         return cls(
             select=_selectors(select, "--select") if select is not None else None,
             ignore=_selectors(ignore, "--ignore") if ignore is not None else set(),
+            extend_select=_selectors(extend_select, "--extend-select") if extend_select is not None else set(),
         )
 
     def apply(self, config: Config) -> Config:
         if self.select is not None:
             config.select, config.ignore = set(self.select), set()
+        config.select |= self.extend_select
         config.ignore |= self.ignore
         return config
 

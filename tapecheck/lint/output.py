@@ -8,6 +8,7 @@ that write it, not by every run.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from tapecheck.findings import FileError, Finding
 from tapecheck.lint.suppressions import UnusedSuppression
 from tapecheck.rules import RULES, RULES_BY_CODE
 
-FORMATS = ("text", "json", "sarif", "github")
+FORMATS = ("full", "concise", "json", "sarif", "github", "text")  # text: full, its old name
 JSON_VERSION = 1  # bumped only when a field changes meaning or goes away
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 UNUSED_ID = "unused-suppression"
@@ -33,6 +34,8 @@ class Outcome:
     files_checked: int = 0
     fixed: int = 0  # findings removed by --fix
     unsafe_fixes: bool = False  # whether unsafe fixes count as available
+    sources: dict = field(default_factory=dict)  # contents already in hand (stdin): path -> bytes
+    fixed_findings: list[Finding] = field(default_factory=list)  # what --fix fixed (for --show-fixes)
 
     def fixable(self, finding: Finding) -> bool:
         return finding.fix is not None and (finding.fix.safe or self.unsafe_fixes)
@@ -52,23 +55,112 @@ def use_color(stream_is_tty: bool) -> bool:
 
 
 # -- text -------------------------------------------------------------------------
-def text(outcome: Outcome, color: bool = False) -> str:
-    def style(value: str, **kwargs) -> str:
-        return click.style(value, **kwargs) if color else value
+CONTEXT_LINES = 2  # lines of source shown above and below a finding's line, as ruff shows
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # the line ends Python's tokenizer knows (not form feeds)
+_WORD = re.compile(r"\w+(?:\.\w+)*")
 
-    lines = [style(error.format(), fg="red") for error in outcome.errors]
-    for finding in outcome.findings:
-        mark = " " + style("[*]", fg="cyan") if outcome.fixable(finding) else ""
-        line = f"{style(finding.location(), bold=True)}: {style(finding.code, fg='red', bold=True)}{mark} {finding.message}"
-        if finding.count > 1:
-            line += f" ({finding.count} times)"
-        lines.append(line)
-    lines += [style(unused.format(), fg="yellow") for unused in outcome.unused]
+
+class SourceLines:
+    """The source lines findings point at, read once per file and only for `full` output.
+
+    `sources` holds contents already in hand (standard input); other files are read.
+    A notebook's lines are its code cells' lines, by (cell, line in cell).
+    Nothing here imports libcst; a file that cannot be read or decoded has no lines.
+    """
+
+    def __init__(self, sources: dict[str, bytes] | None = None):
+        self.sources = sources or {}
+        self._files: dict[str, object] = {}
+
+    def _load(self, path: str):
+        if path in self._files:
+            return self._files[path]
+        data = self.sources.get(path)
+        loaded = None
+        try:
+            if data is None:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            if path.endswith(".ipynb"):
+                from tapecheck.lint.notebooks import notebook_program
+
+                program = notebook_program(data)
+                cells: dict[int, list[str]] = {}
+                for (cell, _), text in zip(program.line_map, _NEWLINE.split(program.source)):
+                    cells.setdefault(cell, []).append(text)
+                loaded = cells
+            else:
+                from tapecheck.lint.suppressions import decode
+
+                loaded = {None: _NEWLINE.split(decode(data))}
+        except (OSError, ValueError):  # unreadable, or no longer a notebook: the finding line alone
+            loaded = None
+        self._files[path] = loaded
+        return loaded
+
+    def lines(self, path: str, cell: int | None) -> list[str]:
+        """The lines of the file (or of the notebook cell), index 0 is line 1; [] when unknown."""
+        loaded = self._load(path)
+        return (loaded or {}).get(cell, [])
+
+
+def _display(text: str) -> str:
+    return text.expandtabs(4)
+
+
+def _width(text: str) -> int:
+    """Columns the text takes on a terminal: wide (CJK) characters take two."""
+    import unicodedata
+
+    if text.isascii():
+        return len(text)
+    return sum(2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in text)
+
+
+def code_frame(lines: list[str], line: int, col: int, style=lambda value, **kw: value) -> list[str]:
+    """ruff's `full` code frame: the finding's line between up to CONTEXT_LINES of context, with
+    carets under the word at `col` (not followed by the code, which the heading line already
+    names: a report holds each code once per finding). [] when the line is not in `lines`."""
+    if not 1 <= line <= len(lines):
+        return []
+    first, last = max(1, line - CONTEXT_LINES), min(len(lines), line + CONTEXT_LINES)
+    while first < line and not lines[first - 1].strip():
+        first += 1
+    while last > line and not lines[last - 1].strip():
+        last -= 1
+    gutter = len(str(last))
+    bar = style("|", fg="blue", bold=True)
+    empty = " " * gutter + " " + bar
+    out = [empty]
+    for number in range(first, last + 1):
+        text = _display(lines[number - 1]).rstrip()
+        out.append(f"{style(str(number).rjust(gutter), fg='blue', bold=True)} {bar} {text}".rstrip())
+        if number == line:
+            source = lines[number - 1]
+            start = min(max(col - 1, 0), len(source))
+            word = _WORD.match(source, start)
+            length = max(_width(word.group(0)) if word else 1, 1)
+            offset = _width(_display(source[:start]))
+            out.append(f"{empty} {' ' * offset}{style('^' * length, fg='red', bold=True)}")
+    out.append(empty)
+    return out
+
+
+def fixable_line(outcome: "Outcome") -> str | None:
+    """ruff's closing line about fixes; None when no finding has a fix at all."""
     fixable = sum(outcome.fixable(f) for f in outcome.findings)
     hidden = sum(f.fix is not None and not outcome.fixable(f) for f in outcome.findings)
-    if fixable or hidden:
-        more = f" ({hidden} more with `--unsafe-fixes`)" if hidden else ""
-        lines.append(f"[*] {fixable} fixable with `--fix`{more}.")
+    more = ""
+    if hidden:
+        more = f"{hidden} hidden fix{'' if hidden == 1 else 'es'} can be enabled with the `--unsafe-fixes` option"
+    if fixable:
+        return f"[*] {fixable} fixable with the `--fix` option" + (f" ({more})." if more else ".")
+    if hidden:
+        return f"No fixes available ({more})."
+    return None
+
+
+def summary_line(outcome: "Outcome") -> str:
     summary = f"{_plural(len(outcome.findings), 'finding')} in {_plural(outcome.files_checked, 'file')}"
     if outcome.fixed:
         summary += f" ({outcome.fixed} fixed)"
@@ -76,8 +168,82 @@ def text(outcome: Outcome, color: bool = False) -> str:
         summary += f"; {_plural(len(outcome.unused), 'unused suppression')}"
     if outcome.errors:
         summary += f"; {_plural(len(outcome.errors), 'file')} could not be linted"
-    lines.append(summary + ".")
-    return "\n".join(lines) + "\n"
+    return summary + "."
+
+
+def _fix_preview(finding: Finding, lines: list[str], style) -> list[str]:
+    """`--show-fixes`: what the fix would change, as removed and added lines."""
+    from tapecheck.lint.fixes import apply_edits
+
+    fix = finding.fix
+    kind = "Safe fix" if fix.safe else "Unsafe fix"
+    out = [f"  {style('i', fg='cyan', bold=True)} {kind}: {fix.title}"]
+    first = min(e.line for e in fix.edits)
+    last = max(e.end_line for e in fix.edits)
+    if not lines or last > len(lines):
+        return out
+    before = lines[first - 1:last]
+    shifted = [type(e)(e.line - first + 1, e.col, e.end_line - first + 1, e.end_col, e.text) for e in fix.edits]
+    try:
+        after = apply_edits("".join(text + "\n" for text in before), shifted)
+    except ValueError:
+        return out
+    after = after[:-1].split("\n") if after.endswith("\n") else after.split("\n")
+    out += [style(f"  - {_display(text)}".rstrip(), fg="red") for text in before]
+    out += [style(f"  + {_display(text)}".rstrip(), fg="green") for text in after]
+    return out
+
+
+def text(outcome: Outcome, color: bool = False, output_format: str = "full", quiet: bool = False,
+         show_fixes: bool = False) -> str:
+    """The report for a terminal: ruff's `full` (each finding with a code frame and its hint)
+    or `concise` (one line per finding). `quiet`: the findings only, no summary."""
+
+    def style(value: str, **kwargs) -> str:
+        return click.style(value, **kwargs) if color else value
+
+    full = output_format in ("full", "text")
+    frames = SourceLines(outcome.sources) if full else None
+    lines = [style(error.format(), fg="red") for error in outcome.errors]
+    for finding in outcome.findings:
+        mark = " " + style("[*]", fg="cyan") if outcome.fixable(finding) else ""
+        line = f"{style(finding.location(), bold=True)}: {style(finding.code, fg='red', bold=True)}{mark} {finding.message}"
+        if finding.count > 1:
+            line += f" ({finding.count} times)"
+        lines.append(line)
+        if not full:
+            continue
+        source = frames.lines(finding.path, finding.cell)
+        lines += code_frame(source, finding.line, finding.col, style)
+        if finding.hint:
+            lines.append(f"  = {style('help', bold=True)}: {finding.hint}")
+        if show_fixes and finding.fix is not None:
+            lines += [""] + _fix_preview(finding, source, style)
+        lines.append("")
+    lines += [style(unused.format(), fg="yellow") for unused in outcome.unused]
+    if show_fixes and outcome.fixed_findings:
+        lines += fixed_summary(outcome)
+    if not quiet:
+        closing = fixable_line(outcome)
+        if closing:
+            lines.append(closing)
+        lines.append(summary_line(outcome))
+    return "".join(line + "\n" for line in lines)
+
+
+def fixed_summary(outcome: Outcome) -> list[str]:
+    """`--fix --show-fixes`: what was fixed, per file and rule (ruff's enumeration)."""
+    by_path: dict[str, Counter] = {}
+    for finding in outcome.fixed_findings:
+        by_path.setdefault(finding.path, Counter())[finding.code] += 1
+    total = sum(sum(counts.values()) for counts in by_path.values())
+    lines = [f"Fixed {_plural(total, 'finding')}:"]
+    for path in sorted(by_path):
+        lines.append(f"- {path}:")
+        for code, count in sorted(by_path[path].items()):
+            rule = RULES_BY_CODE.get(code)
+            lines.append(f"    {count} \u00d7 {code} ({rule.name if rule else ''})")
+    return lines + [""]
 
 
 # -- json ---------------------------------------------------------------------------
@@ -269,11 +435,38 @@ def statistics(outcome: Outcome, as_json: bool = False) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def render(outcome: Outcome, output_format: str, color: bool = False) -> str:
+def write_atomically(path: str, data: bytes) -> None:
+    """`--output-file`: the new report replaces the old one all at once (temp file, then rename),
+    so a reader never sees half a report and a failed write leaves the old one. OSError on failure."""
+    import tempfile
+
+    target = os.path.realpath(path)
+    folder = os.path.dirname(target) or "."
+    descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tapecheck-tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        try:
+            os.chmod(temporary, os.stat(target).st_mode & 0o7777)
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, target)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def render(outcome: Outcome, output_format: str, color: bool = False, quiet: bool = False,
+           show_fixes: bool = False) -> str:
     if output_format == "json":
         return to_json(outcome)
     if output_format == "sarif":
         return to_sarif(outcome)
     if output_format == "github":
         return to_github(outcome)
-    return text(outcome, color)
+    return text(outcome, color, output_format, quiet, show_fixes)
