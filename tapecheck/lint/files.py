@@ -1,8 +1,9 @@
 """Find the files to lint under the paths a user names.
 
-Folders are walked recursively, skipping version-control folders, virtual
-environments, build output, caches and whatever `.gitignore` files ignore. A
-file named explicitly is always linted, whatever its name.
+Folders are walked recursively, skipping what ruff skips by default (version-control
+folders, virtual environments, `site-packages`, build output, caches, `node_modules`)
+and whatever `.gitignore` files ignore. A file or folder named explicitly is always
+linted, whatever its name (unless `--force-exclude`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from typing import Callable, Iterable
 from tapecheck.findings import FileError
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
-SKIP_DIRS = frozenset(
-    {
-        ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist",
-        ".eggs", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tapecheck_cache",
-        "node_modules", ".ipynb_checkpoints",
-    }
+# ruff's default `exclude` (every name of it), and tapecheck's own cache and bytecode folders.
+RUFF_EXCLUDES = (
+    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".ipynb_checkpoints", ".mypy_cache", ".nox",
+    ".pants.d", ".pyenv", ".pytest_cache", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv", ".vscode",
+    "__pypackages__", "_build", "buck-out", "build", "dist", "node_modules", "site-packages", "venv",
 )
+SKIP_DIRS = frozenset(RUFF_EXCLUDES + ("__pycache__", ".tapecheck_cache"))
 
 
 def _is_virtualenv(path: str) -> bool:
@@ -97,6 +98,8 @@ def discover(
     errors: list[FileError] = []
     ignores = _GitIgnores()
     for given in paths:
+        if force_exclude and _excluded_with_parents(given, excluded):
+            continue  # pre-commit names files one by one: `exclude` must still apply to them
         if os.path.isdir(given):
             for path in _walk(given, ignores, excluded):
                 if _special(path):
@@ -104,8 +107,6 @@ def discover(
                 else:
                     files.setdefault(path)
         elif os.path.exists(given) or os.path.islink(given):
-            if force_exclude and excluded(given, False):
-                continue
             if _special(given):
                 errors.append(FileError(given, "not a regular file (a FIFO, socket or device), skipped"))
             else:
@@ -113,6 +114,26 @@ def discover(
         else:
             errors.append(FileError(given, "no such file or directory"))
     return sorted(files), list(dict.fromkeys(errors))
+
+
+def _excluded_with_parents(given: str, excluded: Callable[[str, bool], bool]) -> bool:
+    """Whether a named path, or a folder it lies in, is excluded (`--force-exclude`).
+
+    Only the folders below the working folder count (as the path is written), so a
+    project that itself lives under a folder named `build` is still linted.
+    """
+    absolute = os.path.abspath(given)
+    if excluded(given, os.path.isdir(given)):
+        return True
+    relative = os.path.relpath(absolute)
+    if relative == os.curdir or relative.startswith(os.pardir):
+        return False
+    parent = os.path.dirname(relative)
+    while parent:
+        if excluded(parent, True):
+            return True
+        parent = os.path.dirname(parent)
+    return False
 
 
 def _special(path: str) -> bool:

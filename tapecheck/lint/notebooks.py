@@ -31,6 +31,7 @@ class NotebookError(ValueError):
 class NotebookProgram:
     source: str  # the code cells joined, IPython syntax commented out
     line_map: list[tuple[int, int]] = field(default_factory=list)  # program line - 1 -> (cell, line in cell)
+    language: str = "python"  # the kernel's language; another one's notebook has no program
 
     def cell_line(self, line: int) -> tuple[int, int]:
         """(cell, line in cell) of a 1-based program line."""
@@ -139,6 +140,19 @@ def _cell_text(cell: object, number: int) -> str | None:
     raise NotebookError(f"cell {number} has no 'source' string or list of strings")
 
 
+def kernel_language(document: dict) -> str | None:
+    """The notebook's language from its metadata (`language_info.name`, else
+    `kernelspec.language`); None when it does not say (then it is taken as Python)."""
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    for key, field_name in (("language_info", "name"), ("kernelspec", "language")):
+        table = metadata.get(key)
+        if isinstance(table, dict) and isinstance(table.get(field_name), str) and table[field_name].strip():
+            return table[field_name].strip()
+    return None
+
+
 def notebook_program(data: bytes | str) -> NotebookProgram:
     """The Python program of a notebook file's contents. Raises NotebookError."""
     try:
@@ -154,6 +168,10 @@ def notebook_program(data: bytes | str) -> NotebookProgram:
         hint = " (nbformat 3: convert it with `jupyter nbconvert --to notebook`)" if "worksheets" in document else ""
         raise NotebookError(f"not a valid notebook: no 'cells' list{hint}")
     program = NotebookProgram("")
+    language = kernel_language(document)
+    if language is not None and not language.lower().startswith("python"):
+        program.language = language  # an R or Julia notebook: no Python to lint, as ruff skips it
+        return program
     parts: list[str] = []
     for number, cell in enumerate(cells, start=1):
         text = _cell_text(cell, number)
@@ -196,8 +214,17 @@ def lint_notebook(data: bytes | str, path: str, rules) -> list[Finding]:
         program = notebook_program(data)
     except NotebookError as exc:
         raise LintError(str(exc)) from None
+    source = program.source.encode("utf-8")
     try:
-        findings = lint_python(program.source.encode("utf-8"), path, rules)
+        findings = lint_python(source, path, rules)
+        if not findings and program.source:
+            from tapecheck.lint.engine import may_fire
+            from tapecheck.lint.parallel import syntax_problem
+
+            # Screened out: Python's parser still says whether the cells are valid Python.
+            problem = None if may_fire(source, rules) else syntax_problem(source)
+            if problem is not None:
+                raise LintError(problem)
     except LintError as exc:
         raise LintError(_relocate_text(str(exc), program, None)) from None
     return sorted(relocate(finding, program) for finding in findings)
