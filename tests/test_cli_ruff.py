@@ -323,3 +323,54 @@ def test_the_linter_path_still_never_imports_tensorflow(project):
     out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=120)
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
     assert "# noqa: TAP101" in (project / "train.py").read_text()
+
+
+# -- notebook positions in SARIF and GitHub annotations ------------------------------------------------
+
+LOOP_CELL = (
+    "import tensorflow as tf\n"
+    "with tf.GradientTape() as tape:\n"
+    "    out = model(x)\n"
+    "loss = tf.reduce_mean(out)  # caf\u00e9\n"
+    "grads = tape.gradient(loss, model.trainable_variables)\n"
+)
+
+
+def _loop_notebook(path: Path, indent, as_list: bool) -> Path:
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# A \"loop\"\n", "\u00e9t\u00e9\n"]},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": LOOP_CELL.splitlines(keepends=True) if as_list else LOOP_CELL},
+    ]
+    document = {"cells": cells, "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(document, indent=indent, ensure_ascii=True))  # escapes: \u00e9, \", \n
+    return path
+
+
+@pytest.mark.parametrize("indent, as_list", [(1, True), (None, True), (2, False)], ids=["nbformat", "one-line", "string"])
+def test_sarif_and_github_place_notebook_findings_in_the_ipynb_text(project, indent, as_list):
+    (project / "train.py").unlink()
+    notebook = _loop_notebook(project / "nb.ipynb", indent, as_list)
+    raw_lines = notebook.read_text().splitlines()
+    sarif = json.loads(run("lint", "--output-format", "sarif", "nb.ipynb").output)
+    (result,) = sarif["runs"][0]["results"]
+    assert result["message"]["text"].startswith("cell 2, line 5: `loss` is computed")
+    region = result["locations"][0]["physicalLocation"]["region"]
+    # the finding is at `tape.gradient` (cell 2, line 5, column 9): that is what the file shows there
+    assert raw_lines[region["startLine"] - 1][region["startColumn"] - 1:].startswith("tape.gradient(loss")
+    if indent == 1:
+        assert region["startLine"] > 10  # not the cell's own line number
+    (annotation,) = run("lint", "--output-format", "github", "nb.ipynb").output.splitlines()
+    assert f",line={region['startLine']},col={region['startColumn']}::cell 2, line 5: " in annotation
+
+
+def test_notebook_position_of_an_unused_suppression(project):
+    (project / "train.py").unlink()
+    notebook = _loop_notebook(project / "nb.ipynb", 1, True)
+    text = notebook.read_text().replace("out = model(x)", "out = model(x)  # noqa: TAP201")
+    notebook.write_text(text)
+    sarif = json.loads(run("lint", "--output-format", "sarif", "--report-unused-suppressions", "nb.ipynb").output)
+    unused = next(r for r in sarif["runs"][0]["results"] if r["ruleId"] == "unused-suppression")
+    region = unused["locations"][0]["physicalLocation"]["region"]
+    assert text.splitlines()[region["startLine"] - 1][region["startColumn"] - 1:].startswith("# noqa: TAP201")
+    assert unused["message"]["text"].startswith("cell 2, line 3: ")

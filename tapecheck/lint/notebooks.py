@@ -228,3 +228,180 @@ def lint_notebook(data: bytes | str, path: str, rules) -> list[Finding]:
     except LintError as exc:
         raise LintError(_relocate_text(str(exc), program, None)) from None
     return sorted(relocate(finding, program) for finding in findings)
+
+
+# -- where a cell's line lies in the .ipynb file (SARIF, GitHub annotations) --------------
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_JSON_WHITESPACE = re.compile(r"[ \t\r\n]*")
+_JSON_PLAIN = re.compile(r'[^"{}\[\]]*')
+_JSON_LITERAL = re.compile(r'[^,\]}\s]+')
+
+
+class _Scanner:
+    """Just enough of a JSON reader to find where each code cell's `source` strings are."""
+
+    def __init__(self, text: str):
+        self.text, self.pos = text, 0
+
+    def peek(self) -> str:
+        self.pos = _JSON_WHITESPACE.match(self.text, self.pos).end()
+        return self.text[self.pos:self.pos + 1]
+
+    def expect(self, char: str) -> None:
+        if self.peek() != char:
+            raise ValueError(f"expected {char!r} at offset {self.pos}")
+        self.pos += 1
+
+    def string(self) -> tuple[int, int]:
+        self.peek()
+        match = _JSON_STRING.match(self.text, self.pos)
+        if match is None:
+            raise ValueError(f"expected a string at offset {self.pos}")
+        self.pos = match.end()
+        return match.start(), match.end()
+
+    def key(self) -> str:
+        start, end = self.string()
+        return json.loads(self.text[start:end])
+
+    def skip(self) -> None:
+        char = self.peek()
+        if char == '"':
+            self.string()
+            return
+        if char not in "{[":
+            match = _JSON_LITERAL.match(self.text, self.pos)
+            if match is None or not match.group(0):
+                raise ValueError(f"unexpected {char!r} at offset {self.pos}")
+            self.pos = match.end()
+            return
+        depth = 0
+        while True:
+            self.pos = _JSON_PLAIN.match(self.text, self.pos).end()
+            char = self.text[self.pos:self.pos + 1]
+            if not char:
+                raise ValueError("unterminated JSON value")
+            if char == '"':
+                self.string()
+                continue
+            self.pos += 1
+            depth += 1 if char in "{[" else -1
+            if depth == 0:
+                return
+
+    def members(self):
+        """Each key of an object, with the scanner at its value (the caller reads or skips it)."""
+        self.expect("{")
+        if self.peek() == "}":
+            self.pos += 1
+            return
+        while True:
+            key = self.key()
+            self.expect(":")
+            yield key
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            self.expect("}")
+            return
+
+    def elements(self):
+        self.expect("[")
+        if self.peek() == "]":
+            self.pos += 1
+            return
+        while True:
+            yield
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            self.expect("]")
+            return
+
+
+def _decoded_offsets(text: str, start: int, end: int) -> tuple[str, list[int]]:
+    """A JSON string literal's value and, for each of its characters, its offset in `text`."""
+    chars, offsets = [], []
+    index = start + 1
+    while index < end - 1:
+        if text[index] != "\\":
+            chars.append(text[index])
+            offsets.append(index)
+            index += 1
+            continue
+        kind = text[index + 1]
+        if kind == "u":
+            code = int(text[index + 2:index + 6], 16)
+            width = 6
+            if 0xD800 <= code < 0xDC00 and text[index + 6:index + 8] == "\\u":
+                low = int(text[index + 8:index + 12], 16)
+                if 0xDC00 <= low < 0xE000:
+                    code, width = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00), 12
+            chars.append(chr(code))
+        else:
+            chars.append(json.loads(f'"\\{kind}"'))
+            width = 2
+        offsets.append(index)
+        index += width
+    return "".join(chars), offsets
+
+
+class NotebookPositions:
+    """Where (cell, line, col) of a notebook's code lies in the `.ipynb` file itself (1-based),
+    for formats whose consumers open the file as text (SARIF code scanning, GitHub annotations).
+    Built from the file's JSON text, not from a re-serialisation, so it matches the file as saved."""
+
+    def __init__(self, data: bytes | str):
+        text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
+        self._line_starts = [0] + [match.end() for match in re.finditer(r"\r\n|\r|\n", text)]
+        self._cells: dict[int, tuple[str, list[int], list[int]]] = {}
+        scanner = _Scanner(text)
+        for key in scanner.members():
+            if key != "cells":
+                scanner.skip()
+                continue
+            for number, _ in enumerate(scanner.elements(), start=1):
+                if scanner.peek() != "{":
+                    scanner.skip()
+                    continue
+                for cell_key in scanner.members():
+                    if cell_key != "source":
+                        scanner.skip()
+                    elif scanner.peek() == "[":
+                        values, offsets = [], []
+                        for _ in scanner.elements():
+                            value, where = _decoded_offsets(text, *scanner.string())
+                            values.append(value)
+                            offsets.extend(where)
+                        self._add(number, "".join(values), offsets)
+                    else:
+                        self._add(number, *_decoded_offsets(text, *scanner.string()))
+
+    def _add(self, cell: int, value: str, offsets: list[int]) -> None:
+        starts = [0] + [match.end() for match in re.finditer(r"\r\n|\r|\n", value)]
+        self._cells[cell] = (value, offsets, starts)
+
+    def position(self, cell: int, line: int, col: int) -> tuple[int, int] | None:
+        """(line, col) in the file of a character of a cell; None when the cell has no such line."""
+        import bisect
+
+        found = self._cells.get(cell)
+        if found is None:
+            return None
+        value, offsets, starts = found
+        if not 1 <= line <= len(starts) or not offsets:
+            return None
+        index = starts[line - 1] + max(col, 1) - 1
+        next_start = starts[line] if line < len(starts) else len(value)
+        index = min(index, max(next_start - 1, starts[line - 1]), len(offsets) - 1)
+        offset = offsets[index]
+        file_line = bisect.bisect_right(self._line_starts, offset)
+        return file_line, offset - self._line_starts[file_line - 1] + 1
+
+
+def notebook_positions(data: bytes | str) -> NotebookPositions | None:
+    """The positions of a notebook's file, None when its JSON cannot be read that way."""
+    try:
+        return NotebookPositions(data)
+    except (ValueError, IndexError, UnicodeDecodeError, RecursionError):
+        return None

@@ -304,6 +304,33 @@ def _artifact(path: str) -> dict:
         return {"uri": absolute.as_uri()}
 
 
+class FilePositions:
+    """Positions as the file's own text has them: a notebook cell's (line, col) becomes the line
+    and column of the `.ipynb` file where that character is written (see notebooks.py)."""
+
+    def __init__(self, sources: dict[str, bytes] | None = None):
+        self.sources = sources or {}
+        self._notebooks: dict[str, object] = {}
+
+    def locate(self, path: str, cell: int | None, line: int, col: int) -> tuple[int, int] | None:
+        """(line, col) in the file; None for a notebook position that cannot be placed."""
+        if cell is None:
+            return line, col
+        if path not in self._notebooks:
+            from tapecheck.lint.notebooks import notebook_positions
+
+            data = self.sources.get(path)
+            if data is None:
+                try:
+                    with open(path, "rb") as handle:
+                        data = handle.read()
+                except OSError:
+                    data = None
+            self._notebooks[path] = notebook_positions(data) if data is not None else None
+        positions = self._notebooks[path]
+        return positions.position(cell, line, col) if positions is not None else None
+
+
 def _location(path: str, line: int, col: int) -> dict:
     return {
         "physicalLocation": {
@@ -337,15 +364,18 @@ def to_sarif(outcome: Outcome) -> str:
         "defaultConfiguration": {"level": "warning"},
     })
     results = []
+    positions = FilePositions(outcome.sources)
     for finding in outcome.findings:
         message = finding.message if not finding.hint else f"{finding.message}. {finding.hint}"
         if finding.cell is not None:
             message = f"cell {finding.cell}, line {finding.line}: {message}"
+        # code scanning opens the .ipynb as text: a notebook finding points at its line there
+        line, col = positions.locate(finding.path, finding.cell, finding.line, finding.col) or (1, 1)
         result = {
             "ruleId": finding.code,
             "level": "error",
             "message": {"text": message},
-            "locations": [_location(finding.path, finding.line, finding.col)],
+            "locations": [_location(finding.path, line, col)],
         }
         if finding.code in index:
             result["ruleIndex"] = index[finding.code]
@@ -353,12 +383,16 @@ def to_sarif(outcome: Outcome) -> str:
             result["properties"] = {"cell": finding.cell}
         results.append(result)
     for unused in outcome.unused:
+        message = unused.format().split(": ", 1)[1]
+        if unused.cell is not None:
+            message = f"cell {unused.cell}, line {unused.line}: {message}"
+        line, col = positions.locate(unused.path, unused.cell, unused.line, unused.col) or (1, 1)
         results.append({
             "ruleId": UNUSED_ID,
             "ruleIndex": len(rules) - 1,
             "level": "warning",
-            "message": {"text": unused.format().split(": ", 1)[1]},
-            "locations": [_location(unused.path, unused.line, unused.col)],
+            "message": {"text": message},
+            "locations": [_location(unused.path, line, col)],
         })
     notifications = [
         {"level": "error", "message": {"text": f"{error.path}: {error.message}"}, "locations": [_location(error.path, 1, 1)]}
@@ -398,17 +432,19 @@ def _annotation(kind: str, path: str, message: str, title: str, line: int | None
 def to_github(outcome: Outcome) -> str:
     """GitHub Actions workflow commands: one annotation per finding, error and unused suppression."""
     lines = [_annotation("error", e.path, e.message, "tapecheck error") for e in outcome.errors]
+    positions = FilePositions(outcome.sources)
     for f in outcome.findings:
         title = f"tapecheck ({f.code} {f.name})"
-        if f.cell is None:
-            lines.append(_annotation("error", f.path, f.message, title, f.line, f.col))
-        else:  # a cell line is not a line of the .ipynb file: annotate the file, say where
-            lines.append(_annotation("error", f.path, f"cell {f.cell}, line {f.line}: {f.message}", title))
+        # a notebook finding: at its line of the .ipynb file, the cell named in the message
+        message = f.message if f.cell is None else f"cell {f.cell}, line {f.line}: {f.message}"
+        line, col = positions.locate(f.path, f.cell, f.line, f.col) or (None, None)
+        lines.append(_annotation("error", f.path, message, title, line, col))
     for u in outcome.unused:
-        if u.cell is None:
-            lines.append(_annotation("warning", u.path, u.format().split(": ", 1)[1], "tapecheck (unused suppression)", u.line, u.col))
-        else:
-            lines.append(_annotation("warning", u.path, u.format(), "tapecheck (unused suppression)"))
+        message = u.format().split(": ", 1)[1]
+        if u.cell is not None:
+            message = f"cell {u.cell}, line {u.line}: {message}"
+        line, col = positions.locate(u.path, u.cell, u.line, u.col) or (None, None)
+        lines.append(_annotation("warning", u.path, message, "tapecheck (unused suppression)", line, col))
     return "".join(line + "\n" for line in lines)
 
 
