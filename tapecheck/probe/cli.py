@@ -79,6 +79,7 @@ def probe(module, fmt, output, fail_on_findings, program):
         status, error = 130, exc
     except BaseException as exc:  # noqa: BLE001 - the program's own error: reported, then shown as Python would
         status, error = 1, exc
+        session.explain(exc)  # the finding behind it, while the hooks' notes are there
     finally:
         session.stop()
         _restore(saved_argv, saved_path0)

@@ -115,6 +115,35 @@ def call_texts(site) -> tuple[str | None, list[str] | None]:
     return None, None
 
 
+def assigned_at(site, name, first_line=None):
+    """(line, callee) of the last assignment to `name` before the `gradient` call at `site`.
+
+    Searched from `first_line` (the tape's `with` line) on; `callee` is the
+    function the value came from (`mse_numpy` in `loss = mse_numpy(y, p)`), or None.
+    """
+    import ast
+
+    if not name or not name.isidentifier() or site is None:
+        return None
+    call_texts(site)  # parses the file once
+    tree = _trees.get(site.path)
+    if not tree:
+        return None
+    low = first_line if first_line is not None and first_line <= site.line else 1
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and low <= node.lineno < site.line:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                if best is None or node.lineno > best.lineno:
+                    best = node
+    if best is None:
+        return None
+    value = best.value
+    callee = ast.unparse(value.func) if isinstance(value, ast.Call) else None
+    return best.lineno, callee
+
+
 def recorded(tape, handle, tensors, other_tapes) -> bool:
     """Whether `handle` (the tape's C++ tape, kept alive by the caller) recorded any of `tensors`.
 

@@ -36,7 +36,8 @@ def pytest_runtest_call(item):
     session = Probe().start()
     try:
         result = yield
-    except BaseException:
+    except BaseException as exc:
+        session.explain(exc)
         session.stop()
         if session.findings:  # the test failed on its own: show the findings beside its error
             item.add_report_section("call", "tapecheck", session.report())

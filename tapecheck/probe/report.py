@@ -20,9 +20,9 @@ class Collector:
 
     def add(self, site, code: str, cause: str, message: str, hint: str = "",
             names=(), count: int = 1, locate=None, drop_unlocated=False, **details) -> None:
-        """Record one observation; `message` may hold `{names}`, filled at report time."""
+        """Record one observation; `message` may hold `{names}`, filled at report time. Returns its key."""
         if site is None:
-            return
+            return None
         key = (site.path, site.line, code, cause)
         with self._lock:
             record = self._records.get(key)
@@ -42,6 +42,17 @@ class Collector:
                     merged.extend(v for v in value if v not in merged)
                 else:
                     record["details"].setdefault(field, value)
+        return key
+
+    def mark(self, key, explains: str) -> bool:
+        """Say that the finding at `key` explains an exception (kept even where unlocated); False if none."""
+        with self._lock:
+            record = self._records.get(key) if key is not None else None
+            if record is None:
+                return False
+            record["details"].setdefault("explains", explains)
+            record["drop_unlocated"] = False
+            return True
 
     def move(self, old_site, new_site, code: str, cause: str, message: str) -> None:
         """Fold the record at `old_site` into the one at `new_site` (made if needed)."""
@@ -100,6 +111,8 @@ def render(findings, fmt: str = "text") -> str:
         lines.append(f.format())
         if f.hint:
             lines.append(f"    hint: {f.hint}")
+        if f.details.get("explains"):
+            lines.append(f"    explains: {f.details['explains']}")
     count = len(findings)
     lines.append(f"tapecheck probe: {count} finding{'' if count == 1 else 's'}.")
     return "\n".join(lines) + "\n"

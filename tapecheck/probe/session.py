@@ -26,6 +26,8 @@ class Probe:
         self.collector = Collector()
         self._patcher = None
         self._hooks = []
+        self._notes = None  # loud.Notes, made at start
+        self._tapes = None
 
     @property
     def findings(self):
@@ -54,17 +56,23 @@ class Probe:
             from tapecheck.probe.state import StateHooks, UpdateCount
             from tapecheck.probe.training import TrainingFlagHooks
 
+            from tapecheck.probe.loud import Notes
+
             causes = VariableCauses()
             self._causes = causes
             self._origins = origins = GradientOrigins()  # which source each gradient was computed for
             updates = UpdateCount()  # optimizer updates: the steps the state hook counts between
             tapes = TapeHooks(self.collector, causes, origins)
-            self._hooks = [tapes, MetricHooks(self.collector),
-                           OptimizerHooks(self.collector, causes, origins, updates),
-                           StateHooks(self.collector, updates), TrainingFlagHooks(self.collector, tapes)]
+            optimizers, state = OptimizerHooks(self.collector, causes, origins, updates), StateHooks(self.collector, updates)
+            self._notes = notes = Notes()  # what hooks knew about an exception passing through them
+            tapes.notes = optimizers.notes = state.notes = notes
+            self._tapes = tapes
+            self._hooks = [tapes, MetricHooks(self.collector), optimizers, state,
+                           TrainingFlagHooks(self.collector, tapes)]
             self._patcher = Patcher()
             for hooks in self._hooks:
                 hooks.install(self._patcher)
+            _hide_probe_frames(self._patcher)
         except BaseException:
             self._teardown()
             raise
@@ -95,6 +103,23 @@ class Probe:
                 if _running is self:
                     _running = None
 
+    def explain(self, exc: BaseException) -> int:
+        """Add the finding that explains `exc`, the error ending the run; the exception itself is left alone.
+
+        Called by `__exit__`, `tapecheck probe` and the pytest plugin before the
+        probe stops. Returns the number of findings made or marked.
+        """
+        if not isinstance(exc, Exception) or self._notes is None:
+            return 0
+        from tapecheck.probe import loud
+        from tapecheck.probe.report import report_internal_error
+
+        try:
+            return loud.explain(self.collector, self._notes, exc, self._tapes)
+        except Exception as error:  # noqa: BLE001 - a probe bug must not hide the program's error
+            report_internal_error(error)
+            return 0
+
     def report(self, fmt: str = "text") -> str:
         return render(self.findings, fmt)
 
@@ -102,8 +127,27 @@ class Probe:
         return self.start()
 
     def __exit__(self, typ, value, traceback) -> bool:
+        if value is not None and self.running:
+            self.explain(value)
         self.stop()
         return False  # exceptions go on unchanged
+
+
+def _hide_probe_frames(patcher) -> None:
+    """TensorFlow's filtered tracebacks and autograph's "in user code:" lists leave the probe's wrappers out.
+
+    Without this, an error raised through a wrapped method (an optimizer's `apply`
+    inside `tf.function`) would list a tapecheck frame in its message: the
+    exception the program sees would not be the one it gets without the probe.
+    """
+    import os
+
+    from tensorflow.python.util import traceback_utils
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    excluded = getattr(traceback_utils, "_EXCLUDED_PATHS", None)
+    if isinstance(excluded, tuple) and here not in excluded:
+        patcher.set(traceback_utils, "_EXCLUDED_PATHS", (*excluded, here))
 
 
 def probe() -> Probe:

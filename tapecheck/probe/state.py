@@ -65,6 +65,7 @@ class StateHooks:
         self.batches = 0  # eager batches from tf.data iterators: the other sign of a step
         self.lock = threading.Lock()
         self.active = True
+        self.notes = None  # loud.Notes: a variable made on a later trace (TensorFlow raises)
 
     def install(self, patcher):
         import keras
@@ -111,7 +112,12 @@ class StateHooks:
         hooks = self
 
         def __call__(cls, *args, **kwargs):
-            variable = original(cls, *args, **kwargs)
+            try:
+                variable = original(cls, *args, **kwargs)
+            except ValueError as exc:
+                if hooks.active and hooks.notes is not None:
+                    hooks._traced_creation(exc)
+                raise
             # `tf.Variable(...)` only: TensorFlow makes internal subclasses (_UnreadVariable) at each assign
             if cls is tf.Variable and hooks.active and tf.executing_eagerly() and sites.calls_from_user_code():
                 try:
@@ -121,6 +127,25 @@ class StateHooks:
             return variable
 
         return __call__
+
+    def _traced_creation(self, exc):
+        """`tf.function only supports singleton tf.Variables`: which object, made at which user line."""
+        from tapecheck.probe import loud
+
+        try:
+            if "only supports singleton tf.Variables" not in str(exc):
+                return
+            kind, where = _traced_kind(sys._getframe(2))
+            self.notes.note(exc, loud.Explanation(
+                site=sites.user_site(), code="TAP402", cause=f"{kind}-created-in-step",
+                message=f"a new {kind} is made here at every call of {where}: {WHY[kind]}; "
+                        "TensorFlow allows variables only on the first trace, so it raises ValueError",
+                hint=WHERE_TO[kind] if "compile" not in where else
+                f"{WHERE_TO[kind]} A loss given to `compile()` runs inside `fit`'s traced step: "
+                "make its state outside the function.",
+            ))
+        except Exception as error:  # noqa: BLE001 - a probe bug must not change the program's error
+            report_internal_error(error)
 
     def _made(self, kind, site):
         if site is None:
@@ -144,6 +169,27 @@ class StateHooks:
             f"a new {kind} is made here at every training step: {WHY[kind]}",
             WHERE_TO[kind], count=count,
         )
+
+
+def _traced_kind(frame):
+    """(kind, where) of a variable made in traced code, from the library frames above it."""
+    kind, where = None, "this `tf.function`"
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if kind is None and sites.is_user_file(frame.f_code.co_filename):
+            kind = "variable"
+        elif kind is None and "/keras/src/optimizers/" in path:
+            kind = "optimizer"
+        elif kind is None and "/keras/src/metrics/" in path:
+            kind = "metric"
+        if path.endswith("trainers/compile_utils.py"):
+            where = "the loss given to `compile()` (traced by `fit`)"
+            break
+        if path.endswith("backend/tensorflow/trainer.py"):
+            where = "the step `fit` traces"
+            break
+        frame = frame.f_back
+    return kind or "variable", where
 
 
 def _root_init(cls):

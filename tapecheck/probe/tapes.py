@@ -18,7 +18,7 @@ from tensorflow.python.framework import ops
 from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 from tensorflow.python.util import nest
 
-from tapecheck.probe import diagnose, optrace, sites
+from tapecheck.probe import diagnose, loud, optrace, sites
 from tapecheck.probe.lifetimes import Lifetimes
 from tapecheck.probe.report import report_internal_error
 
@@ -70,6 +70,8 @@ class TapeHooks:
         self.active = True
         self.tracer = optrace.EagerOpTrace()
         self.located: dict[tuple, tuple] = {}  # (gradient site, cause, sources) -> (op label, op site)
+        self.notes = None  # loud.Notes: what an exception passing through `gradient` meant
+        self.last_none = None  # (gradient site, finding keys, source names) of the last None gradient
 
     # -- state -------------------------------------------------------------
     def _stack(self) -> list:
@@ -213,8 +215,12 @@ class TapeHooks:
                     return original(self, target, sources, *args, **kwargs)
                 site = sites.user_site()
                 if self._tape is None and not self._persistent and info.grad_calls:
-                    hooks._reused(info, site, kind)
-                    return original(self, target, sources, *args, **kwargs)  # raises, unchanged
+                    key = hooks._reused(info, site, kind)
+                    try:
+                        return original(self, target, sources, *args, **kwargs)  # raises, unchanged
+                    except RuntimeError as exc:
+                        hooks._note(exc, loud.Explanation(keys=(key,)))
+                        raise
                 info.grad_calls += 1
                 if info.first_call is None:
                     info.first_call = site
@@ -222,6 +228,9 @@ class TapeHooks:
                 hooks.local.busy = getattr(hooks.local, "busy", 0) + 1
                 try:
                     result = original(self, target, sources, *args, **kwargs)
+                except AttributeError as exc:
+                    hooks._failed(exc, info, site)
+                    raise
                 finally:
                     hooks.local.busy -= 1
                 if kind == "gradient" and hooks.origins is not None:
@@ -262,19 +271,60 @@ class TapeHooks:
             first = f"line {first.line}"
         else:
             first = first.short()
-        self.collector.add(
+        return self.collector.add(
             site, "TAP201", "tape-reused",
             f"non-persistent tape (made at {made}) already computed gradients at {first}: "
             f"this second `{kind}` call raises RuntimeError",
             REUSE_HINT, first_call=[first],
         )
 
+    def _note(self, exc, explanation):
+        if self.notes is not None:
+            try:
+                self.notes.note(exc, explanation)
+            except Exception as error:  # noqa: BLE001 - a probe bug must not change the program's error
+                report_internal_error(error)
+
+    def _failed(self, exc, info, site):
+        """`gradient` raised AttributeError: a NumPy target (`'numpy.float32' object has no attribute '_id'`)."""
+        try:
+            obj = getattr(exc, "obj", None)
+            if getattr(exc, "name", None) != "_id" or type(obj).__module__ != "numpy":
+                return
+            target_text, _ = diagnose.call_texts(site)
+            made = diagnose.assigned_at(site, target_text, info.site.line if info.site else None)
+            name = f"`{target_text}`" if target_text else "the target"
+            origin = f", made at line {made[0]} by `{made[1]}`" if made and made[1] else (
+                f", made at line {made[0]}" if made else "")
+            self._note(exc, loud.Explanation(
+                site=site, code="TAP104", cause="numpy-target",
+                message=f"the gradient target {name} is a NumPy `{type(obj).__name__}`, not a tensor{origin}: "
+                        "it was computed outside TensorFlow (`.numpy()`, `np.` calls or `float()` on the way), "
+                        "so the tape cannot differentiate it",
+                hint="Keep the loss in TensorFlow ops (`tf.reduce_mean`, `tf.square`...): no `.numpy()` or NumPy.",
+                details={"target_made_at": made[0]} if made else {},
+            ))
+        except Exception as error:  # noqa: BLE001 - a probe bug must not change the program's error
+            report_internal_error(error)
+
     def _diagnose(self, tape, info, handle, target, sources, flat_grads, site):
         self.local.info = info  # per thread: replicas of a MirroredStrategy diagnose at once
+        self.local.keys = keys = []
         try:
             self._diagnose_sources(tape, info, handle, target, sources, flat_grads, site)
         finally:
             self.local.info = None
+            self.local.keys = None
+        names = [n for _, n in self._none_names(sources, flat_grads, site)]
+        self.last_none = (site, tuple(k for k in keys if k is not None), names)
+
+    @staticmethod
+    def _none_names(sources, flat_grads, site):
+        flat_sources = nest.flatten(sources)
+        _, texts = diagnose.call_texts(site)
+        if texts is None or len(texts) != len(flat_sources):
+            texts = [None] * len(flat_sources)
+        return [(s, diagnose.describe(s, t)) for s, t, g in zip(flat_sources, texts, flat_grads) if g is None]
 
     def _diagnose_sources(self, tape, info, handle, target, sources, flat_grads, site):
         flat_sources = nest.flatten(sources)
@@ -342,7 +392,10 @@ class TapeHooks:
             elif not cause.certain:
                 cause = diagnose.Cause(None, "not-connected", "", "")
         if cause.code is not None:
-            self.collector.add(site, cause.code, cause.cause, cause.text, cause.hint, names=names, **extra)
+            key = self.collector.add(site, cause.code, cause.cause, cause.text, cause.hint, names=names, **extra)
+            keys = getattr(self.local, "keys", None)
+            if keys is not None:
+                keys.append(key)
         for source in sources:
             if diagnose.is_variable(source):
                 self.variable_causes.remember(source, (site, cause))
