@@ -144,7 +144,7 @@ class FactsBuilder(FastVisitor):
             receiver = func_text.rsplit(".", 1)[0] if method and func_text else ""
             return Expr(
                 "call", "", callee=facts.resolve(func_text) if func_text else "",
-                method=method, receiver=receiver, keywords=keywords,
+                method=method, receiver=receiver, keywords=keywords, func_text=func_text,
             )
         if isinstance(node, (cst.List, cst.Tuple)) and depth < 2:
             elements = tuple(

@@ -57,6 +57,7 @@ class Expr:
     tensor_slice: bool = False  # subscript with `:` in a tuple index, or `...`
     keywords: dict[str, "Expr"] = field(default_factory=dict)
     value: object = None  # constants: True/False/None/number/str
+    func_text: str = ""  # calls: the called dotted name as written (`Net`, `losses.focal`)
 
 
 @dataclass(slots=True)

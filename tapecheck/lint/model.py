@@ -26,6 +26,7 @@ Nothing here imports libcst: rules query this model and stay plain Python.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -112,14 +113,29 @@ class Cut:
     site: Site
     what: str  # "`.numpy()`", "`np.log()`"
     function: str = ""  # the function holding the cut; "" when it is in the scope traced
-    calls: tuple[tuple[str, int], ...] = ()  # from the traced scope inward: (callee, line of its call)
+    calls: tuple[tuple[str, int, str], ...] = ()  # from the traced scope inward: (callee, line of its call, file)
+    file: str = ""  # the file holding the cut
+    entry: Site | None = None  # the outermost call, in the scope traced
 
-    def through(self, callee: str, line: int) -> "Cut":
-        return Cut(self.site, self.what, self.function or callee, ((callee, line), *self.calls))
+    def through(self, callee: str, call: Site, file: str) -> "Cut":
+        return Cut(self.site, self.what, self.function or callee, ((callee, call.line, file), *self.calls),
+                   self.file or file, call)
 
-    def path(self) -> str:
-        """"`loss_fn` (called at line 31), then `weighted` (called at line 12)"."""
-        return ", then ".join(f"`{name}` (called at line {line})" for name, line in self.calls)
+    def path(self, reporting: str = "") -> str:
+        """"`loss_fn` (called at line 31), then `weighted` (called at line 12)"; lines of other files name them."""
+        return ", then ".join(
+            f"`{name}` (called at {where(file, line, reporting)})" for name, line, file in self.calls
+        )
+
+    def at(self, reporting: str = "") -> str:
+        return where(self.file, self.site.line, reporting)
+
+
+def where(file: str, line: int, reporting: str) -> str:
+    """"line 9", or "line 9 of losses.py" for a line of another file."""
+    if not file or os.path.abspath(file) == os.path.abspath(reporting or file):
+        return f"line {line}"
+    return f"line {line} of {os.path.basename(file)}"
 
 
 class Flow:
@@ -159,6 +175,7 @@ class Function:
     params: tuple[str, ...]
     owner: Block | None  # the class, for a method
     bound: bool  # a method that takes `self` (not a staticmethod)
+    model: "ProgramModel" = None  # the model of the file that defines it
 
     @property
     def name(self) -> str:
@@ -174,8 +191,21 @@ class Function:
 
 
 @dataclass(frozen=True, slots=True)
+class Klass:
+    """A class defined in a linted file (this one, or one it imports)."""
+
+    block: Block
+    model: "ProgramModel"
+
+
+@dataclass(frozen=True, slots=True)
 class Instance:
-    klass: Block
+    klass: Klass
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleRef:
+    model: "ProgramModel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +217,8 @@ class Creation:
     text: str  # the constructor as written
     function: str
     calls: tuple[tuple[str, int], ...] = ()
+    file: str = ""  # set when made in another file than the one asking
+    entry: Site | None = None  # then: the call, in the file asking, that leads there
 
 
 @dataclass(slots=True)
@@ -223,7 +255,9 @@ class ProgramModel:
             owner = facts.blocks[block.parent] if block.parent is not None else None
             owner = owner if owner is not None and owner.kind == "class" else None
             static = any(d.rsplit(".", 1)[-1] == "staticmethod" for d in block.decorators)
-            self.functions[block.id] = Function(block, tuple(params.get(block.id, ())), owner, owner is not None and not static)
+            self.functions[block.id] = Function(
+                block, tuple(params.get(block.id, ())), owner, owner is not None and not static, self
+            )
 
     # -- classes --------------------------------------------------------------------------
     def local_class(self, dotted: str) -> Block | None:
@@ -241,15 +275,21 @@ class ProgramModel:
             if local is not None and local is not klass:
                 yield from self.bases(local, depth + 1)
 
-    def method(self, klass: Block, name: str) -> Function | None:
+    def method(self, klass: "Klass", name: str) -> Function | None:
+        """The method `name` of a class, found in it or its local bases."""
+        return klass.model.method_of_block(klass.block, name)
+
+    def method_of_block(self, klass: Block, name: str) -> Function | None:
         for cls in self.bases(klass):
             for fn in self.functions.values():
                 if fn.owner is cls and fn.name == name:
                     return fn
         return None
 
-    def is_keras(self, klass: Block, package: str = "layers") -> bool:
+    def is_keras(self, klass: Block | Klass, package: str = "layers") -> bool:
         """A subclass of a Keras Layer or Model (package "layers"), Loss ("losses"), Metric ("metrics")."""
+        if isinstance(klass, Klass):
+            return klass.model.is_keras(klass.block, package)
         for cls in self.bases(klass):
             for base in cls.bases:
                 if package == "layers" and (is_keras_class(base, "layers") or is_keras_class(base, "models")
@@ -265,7 +305,9 @@ class ProgramModel:
         block = self._defs.get((assign.target, assign.site.line, scope))
         if block is None:
             return None
-        return self.classes.get(block.id) or self.functions.get(block.id)
+        if block.id in self.classes:
+            return Klass(block, self)
+        return self.functions.get(block.id)
 
     def _value_of(self, assign, depth: int):
         """What one binding binds: a Function, a class Block, an Instance, or None."""
@@ -277,9 +319,9 @@ class ProgramModel:
             return None
         if value.kind in ("name", "attribute") and value.text:
             return self.binding(value.text, assign.site, depth + 1)
-        if value.kind == "call" and value.callee:
-            made = self.binding(value.callee, assign.site, depth + 1) if "." not in value.callee else None
-            if isinstance(made, Block) and made.kind == "class":
+        if value.kind == "call" and value.func_text:
+            made = self.binding(value.func_text, assign.site, depth + 1)
+            if isinstance(made, Klass):
                 return Instance(made)
         return None
 
@@ -297,7 +339,10 @@ class ProgramModel:
                 return self.attribute(klass, attribute, depth)
             owner = self.binding(head, site, depth + 1)
             if isinstance(owner, Instance):
-                return self.method(owner.klass, attribute) or self.attribute(owner.klass, attribute, depth)
+                klass = owner.klass
+                return self.method(klass, attribute) or klass.model.attribute(klass.block, attribute, depth)
+            if isinstance(owner, ModuleRef):
+                return owner.model.module_binding(attribute, depth + 1)
             return None
         scope = facts.scope_of(site)
         reaching = facts.reaching_assigns(name, site)
@@ -311,7 +356,31 @@ class ProgramModel:
             if found:  # read when the inner function runs, later: every binding may hold
                 return self._one(found, depth) if all(a.kind in ("assign", "def") for a in found) else None
             scope = self._enclosing(scope)
-        return None
+        return self._imported(name, depth)
+
+    def module_binding(self, name: str, depth: int = 0):
+        """What the module-level name `name` of this file is (for a file that imports it)."""
+        if depth > MAX_ALIAS_DEPTH:
+            return None
+        found = [a for a in self._assigns_by_scope.get(0, ()) if a.target == name]
+        if found:
+            return self._one(found, depth) if all(a.kind in ("assign", "def") for a in found) else None
+        return self._imported(name, depth)
+
+    def _imported(self, name: str, depth: int):
+        """A name imported from another file of the project: what it is there, or None."""
+        facts = self.facts
+        relative = name in facts.relative_imports
+        origin = facts.relative_imports.get(name) or facts.imports.get(name)
+        if not origin or depth > MAX_ALIAS_DEPTH:
+            return None
+        module, _, attribute = origin.rpartition(".")
+        if module:
+            other = load_module(facts.path, module, relative)
+            if other is not None:
+                return other.module_binding(attribute, depth + 1)
+        other = load_module(facts.path, origin, relative)  # `import models`, `from . import losses`
+        return ModuleRef(other) if other is not None else None
 
     def _one(self, assigns, depth: int):
         values = [self._value_of(a, depth) for a in assigns]
@@ -396,6 +465,8 @@ class ProgramModel:
     # -- summaries -------------------------------------------------------------------------
     def summary(self, fn: Function) -> Summary | None:
         """What a call of `fn` does; None while it is being computed (recursion: unknown)."""
+        if fn.model is not self:
+            return fn.model.summary(fn)
         key = fn.block.id
         if key in self._summaries:
             return self._summaries[key]
@@ -422,8 +493,11 @@ class ProgramModel:
             if callee is not None and callee.name not in ("__init__", "build"):
                 inner = self.summary(callee)
                 if inner is not None:
+                    other = callee.model is not self
                     summary.creates.extend(
-                        Creation(c.site, c.kind, c.text, c.function, ((callee.qualname, call.site.line), *c.calls))
+                        Creation(c.site, c.kind, c.text, c.function, ((callee.qualname, call.site.line), *c.calls),
+                                 c.file or (callee.model.facts.path if other else ""),
+                                 call.site if other or c.entry else None)
                         for c in inner.creates
                     )
         self._summaries[key] = summary
@@ -446,7 +520,7 @@ class ProgramModel:
             return "metric"
         if call.func.kind == "name":
             made = self.binding(call.func.text, call.site)
-            if isinstance(made, Block) and made.kind == "class" and self.is_keras(made, "metrics"):
+            if isinstance(made, Klass) and self.is_keras(made, "metrics"):
                 return "metric"
         return ""
 
@@ -468,9 +542,9 @@ class ProgramModel:
                         fn = target
                     elif isinstance(target, Instance):
                         fn = self.method(target.klass, "call") or self.method(target.klass, "__call__")
-                elif item.kind == "call" and item.callee and "." not in item.callee:
-                    made = self.binding(item.callee, call.site)
-                    if isinstance(made, Block) and made.kind == "class":
+                elif item.kind == "call" and item.func_text:
+                    made = self.binding(item.func_text, call.site)
+                    if isinstance(made, Klass):
                         fn = self.method(made, "call") or self.method(made, "__call__")
                 if fn is None:
                     continue
@@ -567,7 +641,9 @@ class Tracer:
             return value
         cut = returns.cuts.get(param)
         if cut is not None:
-            value.cut_all(cut.through(fn.qualname, call.site.line))
+            if fn.model is not model and not cut.file:
+                cut = Cut(cut.site, cut.what, cut.function, cut.calls, fn.model.facts.path)
+            value.cut_all(cut.through(fn.qualname, call.site, model.facts.path))
             return value
         return Flow()  # this argument does not reach the return value
 
@@ -600,3 +676,85 @@ def model_of(facts: FileFacts) -> ProgramModel:
     if model is None:
         model = facts.model = ProgramModel(facts)
     return model
+
+
+# -- other files of the project ----------------------------------------------------------
+LIBRARIES = frozenset({"tensorflow", "keras", "tf_keras", "numpy", "scipy", "sklearn", "torch", "jax", "pandas"})
+MAX_MODULE_BYTES = 512 * 1024
+MAX_MODULES = 64  # other files kept per process
+SEARCH_LEVELS = 4  # folders above the importing file searched for an absolute import
+_modules: dict[str, tuple[tuple[int, int], "ProgramModel | None"]] = {}
+
+
+def module_file(importer: str, module: str, relative: bool) -> str | None:
+    """The file that `import module` (or `from .module import`) in `importer` reads, if it is nearby.
+
+    Relative imports are looked up from the importer's folder up; absolute ones from the
+    importer's folder and the folders above it (a script beside its modules, a `src/` layout).
+    Libraries are never read: only the project's own files inform the model."""
+    if not module or module.split(".")[0] in LIBRARIES:
+        return None
+    folder = os.path.dirname(os.path.abspath(importer))
+    parts = module.split(".")
+    for _ in range(1 if relative else SEARCH_LEVELS):
+        base = os.path.join(folder, *parts)
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate) and os.path.abspath(candidate) != os.path.abspath(importer):
+                return candidate
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return None
+
+
+def load_module(importer: str, module: str, relative: bool) -> "ProgramModel | None":
+    """The model of a project file another file imports; None when it is not found or not readable."""
+    path = module_file(importer, module, relative)
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    cached = _modules.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    other = None
+    if stat.st_size <= MAX_MODULE_BYTES:
+        _modules[path] = (stamp, None)  # while it loads: an import cycle sees nothing
+        try:
+            from tapecheck.lint.engine import _facts
+
+            with open(path, "rb") as handle:
+                facts = _facts(handle.read(), path)
+            other = ProgramModel(facts)
+        except Exception:  # noqa: BLE001 - a file that cannot be read or parsed informs nothing
+            other = None
+    if len(_modules) >= MAX_MODULES:
+        _modules.pop(next(iter(_modules)))
+    _modules[path] = (stamp, other)
+    return other
+
+
+def dependencies(path: str, source: bytes) -> list[str]:
+    """The project files `source` imports (those the model may read), for cache keys."""
+    found = []
+    for match in _IMPORT.finditer(source):
+        dots, module, names = match.group(1) or b"", match.group(2) or b"", match.group(3) or match.group(4) or b""
+        relative = bool(dots)
+        module_text = module.decode("utf-8", "replace").strip()
+        candidates = [module_text] if module_text else []
+        for name in re.split(rb"[,\s()]+", names):
+            name = name.split(b" as ")[0].strip().decode("utf-8", "replace")
+            if name and name.isidentifier():
+                candidates.append(f"{module_text}.{name}" if module_text else name)
+        for candidate in candidates:
+            file = module_file(path, candidate, relative)
+            if file is not None and file not in found:
+                found.append(file)
+    return found
+
+
+_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+([^\n#;]+)|import[ \t]+([^\n#;]+))", re.M)

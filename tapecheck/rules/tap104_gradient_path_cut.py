@@ -269,9 +269,16 @@ def _tape_flow(model, tape, call, roots):
     return tracer.state
 
 
-def _in(cut, fn_name: str) -> str:
-    """"`np.log()` in `weighted_loss` (line 9)" for a cut inside a function."""
-    return f"{cut.what} in `{cut.function or fn_name}` (line {cut.site.line})"
+def _in(cut, fn_name: str, path: str) -> str:
+    """"`np.log()` in `weighted_loss` (line 9)" for a cut inside a function ("line 9 of losses.py" elsewhere)."""
+    return f"{cut.what} in `{cut.function or fn_name}` ({cut.at(path)})"
+
+
+def _where(facts, cut, fallback):
+    """The site to report: the cut itself, or, for a cut in another file, the call here that reaches it."""
+    if cut.file and cut.file != facts.path:
+        return cut.entry or fallback
+    return cut.site
 
 
 def check(facts):
@@ -287,9 +294,9 @@ def check(facts):
             continue
         flow = _tape_flow(model, tape, call, roots).get(target.text)
         cut = flow.only_cut(SOURCES) if flow is not None else None
-        if cut is None or cut.site in reported:
+        if cut is None or _where(facts, cut, call.site) in reported:
             continue
-        reported.add(cut.site)
+        reported.add(_where(facts, cut, call.site))
         consequence = f"`{tape.name}.gradient` (line {call.site.line}) returns None for every variable"
         if not cut.function:
             message = (
@@ -298,10 +305,10 @@ def check(facts):
             )
         else:
             message = (
-                f"{_in(cut, '')} has no gradient, and `{target.text}` depends on the sources only through it; "
-                f"the tape reaches it through {cut.path()}: " + consequence
+                f"{_in(cut, '', facts.path)} has no gradient, and `{target.text}` depends on the sources only "
+                f"through it; the tape reaches it through {cut.path(facts.path)}: " + consequence
             )
-        yield report(facts, cut.site, CODE, message, HINT)
+        yield report(facts, _where(facts, cut, call.site), CODE, message, HINT)
     yield from _compiled(model, reported)
 
 
@@ -311,13 +318,18 @@ def _compiled(model, reported):
     for compile_call, fn, y_pred in model.compiled_losses():
         summary = model.summary(fn)
         cut = summary.returns.only_cut(y_pred) if summary is not None else None
-        if cut is None or cut.site in reported:
+        if cut is None:
             continue
-        reported.add(cut.site)
-        through = f" through {cut.path()}" if cut.calls else ""
+        if fn.model is not model and not cut.file:
+            cut = type(cut)(cut.site, cut.what, cut.function, cut.calls, fn.model.facts.path)
+        site = _where(facts, cut, compile_call.site)
+        if site in reported:
+            continue
+        reported.add(site)
+        through = f" through {cut.path(facts.path)}" if cut.calls else ""
         yield report(
-            facts, cut.site, CODE,
-            f"{_in(cut, fn.qualname)} has no gradient, and the loss `{fn.qualname}` depends on `{y_pred}` only "
+            facts, site, CODE,
+            f"{_in(cut, fn.qualname, facts.path)} has no gradient, and the loss `{fn.qualname}` depends on `{y_pred}` only "
             f"through it{through}: `fit` runs it as the loss given to `compile` (line {compile_call.site.line}), "
             "every gradient is None and training fails with \"No gradients provided for any variable\"",
             HINT,
@@ -330,12 +342,17 @@ def _compiled(model, reported):
             continue
         summary = model.summary(fn)
         cut = summary.returns.only_cut(fn.self_name) if summary is not None else None
-        if cut is None or cut.site in reported:
+        if cut is None:
             continue
-        reported.add(cut.site)
+        if fn.model is not model and not cut.file:
+            cut = type(cut)(cut.site, cut.what, cut.function, cut.calls, fn.model.facts.path)
+        site = _where(facts, cut, call.site)
+        if site in reported:
+            continue
+        reported.add(site)
         yield report(
-            facts, cut.site, CODE,
-            f"{_in(cut, fn.qualname)} has no gradient, and `{fn.owner.name}.call` depends on the layer's variables "
+            facts, site, CODE,
+            f"{_in(cut, fn.qualname, facts.path)} has no gradient, and `{fn.owner.name}.call` depends on the layer's variables "
             f"only through it: `fit` (line {call.site.line}) gets None for every gradient of `{call.receiver}`",
             HINT,
         )

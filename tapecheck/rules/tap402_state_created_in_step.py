@@ -45,21 +45,25 @@ def train(model, dataset, loss_fn):
 
 from __future__ import annotations
 
+import os
+
 from tapecheck.lint.facts import GRADIENT_METHODS
 from tapecheck.rules._common import is_keras_class, report
+from tapecheck.lint.model import model_of
 from tapecheck.lint.queries import callee_of, method_of
 
 CODE = "TAP402"
 NAME = "state-created-in-step"
 SUMMARY = "an optimizer, metric or `tf.Variable` is created anew at every training step"
 PROBE = True
-TRIGGERS = (b"apply_gradients", b"GradientTape")
+TRIGGERS = (b"apply_gradients", b"GradientTape", b"compile")
 
 VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
 STEP_DECORATORS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function"})
 NOT_STEPS = frozenset({"__init__", "build", "__call__", "call"})
 KERAS_STEPS = frozenset({"train_step", "test_step"})  # `fit` and `evaluate` call these per batch
 
+HINT = "Create it once, before the training loop (or in `__init__`), and reuse it."
 WHY = {
     "optimizer": "a new optimizer each step forgets its moments and iteration count (Adam restarts, momentum never builds)",
     "metric": "a new metric each step only ever reports the last batch",
@@ -214,11 +218,10 @@ def check(facts):
     }
     makers = [(call, _kind(facts, call, local_metrics)) for call in facts.calls]
     makers = [(call, kind) for call, kind in makers if kind and not call.site.in_comprehension]
-    if not makers:
-        return
     work = [call for call in facts.calls if _is_step_work(facts, call)]
     steps = _step_functions(facts, work)
     loops = _step_loops(facts, work, steps)
+    reported = set()
     for call, kind in makers:
         scope = facts.scope_of(call.site)
         chain = facts.chain(call.site.block)
@@ -231,8 +234,62 @@ def check(facts):
                     where = f"inside the loop that runs a training step each pass (line {loops[loop]})"
                     break
         if where:
-            yield report(
-                facts, call.site, CODE,
-                f"`{call.func.text}` is created {where}: {WHY[kind]}",
-                "Create it once, before the training loop (or in `__init__`), and reuse it.",
-            )
+            reported.add(call.site)
+            yield report(facts, call.site, CODE, f"`{call.func.text}` is created {where}: {WHY[kind]}", HINT)
+    yield from _in_helpers(facts, steps, loops, reported)
+
+
+TRACED = "it raises ValueError (tf.function only supports singleton tf.Variables created on the first call)"
+
+
+def _in_helpers(facts, steps, loops, reported):
+    """State made by a function of this file that a step, a step loop or a compiled loss calls each time."""
+    model = model_of(facts)
+    for call in model.spans.calls:
+        if call.site.in_comprehension:
+            continue
+        scope = facts.scope_of(call.site)
+        where, why = "", ""
+        if scope in steps and not model.guarded(call.site, scope):
+            step = facts.blocks[scope]
+            traced = bool(set(step.decorators) & STEP_DECORATORS) or step.name in KERAS_STEPS
+            where = f"the step function `{steps[scope]}` calls `{{fn}}` on every step (line {call.site.line})"
+            why = TRACED if traced else ""
+        else:
+            for loop in reversed(facts.chain(call.site.block)):
+                if loop in loops and facts.blocks[loop].scope == scope and not model.guarded(call.site, loop):
+                    where = f"the training loop calls `{{fn}}` on every pass (line {call.site.line})"
+                    break
+        if not where:
+            continue
+        callee = model.resolve(call)
+        if callee is None or callee.block.id in steps or callee.name in NOT_STEPS:
+            continue
+        yield from _created_by(facts, model, callee, where, why, reported, call.site)
+    for compile_call, fn, _ in model.compiled_losses():
+        where = f"`fit` runs `{{fn}}` as the loss given to `compile` (line {compile_call.site.line}), inside tf.function"
+        yield from _created_by(facts, model, fn, where, TRACED, reported, compile_call.site)
+
+
+def _created_by(facts, model, fn, where, why, reported, call_site):
+    """Report what `fn` (or what it calls) creates on every call; `where` says who calls `fn`.
+
+    State made in another file is reported here, at the call that leads there."""
+    summary = model.summary(fn)
+    where = where.replace("{fn}", fn.qualname)
+    elsewhere = fn.model is not model
+    for made in summary.creates if summary is not None else ():
+        file = made.file or (fn.model.facts.path if elsewhere else "")
+        site = call_site if file else made.site
+        if site in reported:
+            continue
+        reported.add(site)
+        at = f"line {made.site.line} of {os.path.basename(file)}" if file else f"line {made.site.line}"
+        if made.calls and not file:
+            chain = [fn.qualname] + [name for name, _ in made.calls]
+            lines = ", ".join(f"`{caller}` calls `{callee}` at line {line}"
+                              for caller, (callee, line) in zip(chain, made.calls))
+            origin = f"`{made.text}` is created in `{made.function}` ({at}; {lines}), and {where}"
+        else:
+            origin = f"`{made.text}` is created in `{made.function}` ({at}), and {where}"
+        yield report(facts, site, CODE, f"{origin}: {why or WHY[made.kind]}", HINT)
