@@ -374,3 +374,76 @@ def test_notebook_position_of_an_unused_suppression(project):
     region = unused["locations"][0]["physicalLocation"]["region"]
     assert text.splitlines()[region["startLine"] - 1][region["startColumn"] - 1:].startswith("# noqa: TAP201")
     assert unused["message"]["text"].startswith("cell 2, line 3: ")
+
+
+# -- keras-version --------------------------------------------------------------------------------------
+
+KERAS2_LOOP = """\
+import tensorflow as tf
+
+train_acc = tf.keras.metrics.SparseCategoricalAccuracy()
+optimizer = tf.keras.optimizers.Adam(lr=1e-3)
+old = tf.keras.optimizers.legacy.Adam(lr=1e-3)
+for epoch in range(5):
+    train_acc.reset_states()
+g = old.get_gradients(1, 2)
+h = optimizer.get_gradients(1, 2)
+"""
+
+
+def _tap302(result) -> list[tuple[int, str]]:
+    return [(int(line.split(":")[1]), line.split(": ", 1)[1]) for line in result.output.splitlines()
+            if ": TAP302 " in line]
+
+
+def test_keras_3_by_default_and_the_legacy_message_says_importerror(project):
+    (project / "train.py").write_text(KERAS2_LOOP)
+    found = dict(_tap302(run("lint", "--output-format", "concise")))
+    assert sorted(found) == [4, 5, 7, 8, 9]
+    assert "building one raises ImportError" in found[5]
+    assert 'a `hasattr(tf.keras.optimizers, "legacy")` guard does not help' in found[5]
+
+
+def test_keras_version_2_is_silent_about_what_keras_2_has(project):
+    (project / "train.py").write_text(KERAS2_LOOP)
+    (project / "pyproject.toml").write_text('[tool.tapecheck]\nkeras-version = "2"\n')
+    found = _tap302(run("lint", "--output-format", "concise"))
+    # reset_states(), the legacy optimizer and its get_gradients exist in Keras 2; the new
+    # optimizers of TF 2.11+ ignore `lr=` (the default learning rate is used) and have no get_gradients
+    assert [line for line, _ in found] == [4, 9]
+    assert "ignore `lr=`: only a warning is logged and training runs with the default learning rate" in found[0][1]
+    assert "have no `get_gradients()`: AttributeError" in found[1][1]
+    run("lint", "--fix", "--unsafe-fixes")
+    fixed = (project / "train.py").read_text()
+    assert "Adam(learning_rate=1e-3)" in fixed and "train_acc.reset_states()" in fixed  # Keras 2's call kept
+    assert "legacy.Adam(lr=1e-3)" in fixed
+    (project / "pyproject.toml").write_text("[tool.tapecheck]\nkeras-version = 2\n")  # a TOML number works too
+    assert [line for line, _ in _tap302(run("lint", "--output-format", "concise"))] == [9]
+    (project / "pyproject.toml").write_text('[tool.tapecheck]\nkeras-version = "2.15"\n')
+    bad = run("lint")
+    assert bad.exit_code == 2 and 'keras-version: expected "2" (tf_keras) or "3"' in bad.output
+
+
+def test_keras_version_is_detected_from_the_project_unless_set(project):
+    (project / "pkg").mkdir()
+    (project / "pkg" / "train.py").write_text(KERAS2_LOOP)
+    (project / "train.py").unlink()
+    assert len(_tap302(run("lint", "--output-format", "concise"))) == 5
+    (project / "pkg" / "compat.py").write_text("import tf_keras as keras\n")
+    assert [line for line, _ in _tap302(run("lint", "--output-format", "concise"))] == [4, 9]
+    (project / "pkg" / "compat.py").unlink()
+    _notebook(project / "setup.ipynb", 'import os\nos.environ["TF_USE_LEGACY_KERAS"] = "1"\n', {})
+    assert [line for line, _ in _tap302(run("lint", "--output-format", "concise"))] == [4, 9]
+    # a configured version wins over what the files say
+    (project / "pyproject.toml").write_text('[tool.tapecheck]\nkeras-version = "3"\n')
+    assert len(_tap302(run("lint", "--output-format", "concise"))) == 5
+    # a project is its pyproject.toml's folder: another project's tf_keras does not count
+    (project / "pyproject.toml").unlink()
+    (project / "setup.ipynb").unlink()
+    (project / "pkg" / "pyproject.toml").write_text("[tool.tapecheck]\n")
+    (project / "elsewhere").mkdir()
+    (project / "elsewhere" / "pyproject.toml").write_text("[tool.tapecheck]\n")
+    (project / "elsewhere" / "compat.py").write_text("from tf_keras import layers\n")
+    assert len(_tap302(run("lint", "--output-format", "concise"))) == 5
+    stdin = run("lint", "--output-format", "concise", "-", input="import tf_keras\n" + KERAS2_LOOP)
+    assert [line for line, _ in _tap302(stdin)] == [5, 10]

@@ -14,15 +14,16 @@ from tapecheck.rules import RULES, get_rule
 class _Suppressed:
     """`keep(finding, text)` for the fixer: enabled by the configuration and not suppressed in `text`."""
 
-    def __init__(self, settings, path: str):
-        self.settings, self.path = settings, path
+    def __init__(self, settings, path: str, keras: str = "3"):
+        self.settings, self.path, self.keras = settings, path, keras
         self._text: str | None = None
         self._lines: set = set()
 
     def __call__(self, finding, text: str) -> bool:
+        from tapecheck.lint.config import for_keras
         from tapecheck.lint.suppressions import scan
 
-        if not self.settings.enabled(finding.code, self.path):
+        if not self.settings.enabled(finding.code, self.path) or for_keras(finding, self.keras) is None:
             return False
         if text is not self._text:
             self._text = text
@@ -160,7 +161,8 @@ def _run(paths, options) -> int:
     from tapecheck.lint.files import discover
     from tapecheck.lint.output import Outcome, render, sort_key, use_color
     from tapecheck.lint.output import statistics as statistics_table
-    from tapecheck.lint.parallel import lint_stdin
+    from tapecheck.lint.config import for_keras, keras_version
+    from tapecheck.lint.parallel import collecting_keras2_markers, lint_stdin
     from tapecheck.lint.suppressions import split
 
     fix, diff = options.fix, options.diff
@@ -168,19 +170,31 @@ def _run(paths, options) -> int:
     report = Report()
     sources: dict[str, bytes] = {}
     stdin_name = None
-    if "-" in paths:
-        stdin_name = options.stdin_filename or "<stdin>"
-        data, stdin_report = lint_stdin(sys.stdin.buffer, stdin_name, settings.rules_for([stdin_name]))
-        sources[stdin_name] = data
-        report.extend(stdin_report)
+    with collecting_keras2_markers() as keras2_files:
+        if "-" in paths:
+            stdin_name = options.stdin_filename or "<stdin>"
+            data, stdin_report = lint_stdin(sys.stdin.buffer, stdin_name, settings.rules_for([stdin_name]))
+            sources[stdin_name] = data
+            report.extend(stdin_report)
+        files, missing = discover([p for p in paths if p != "-"], settings.excluded, options.force_exclude)
+        report.errors.extend(missing)
+        if files:
+            # Deselected rules never run: their screens do not make files parse, their index is not built.
+            report.extend(lint_paths(files, settings.rules_for(files), jobs=options.jobs or None,
+                                     cache=not options.no_cache))
     printer = _Printer(options.output_file, report_to_stderr=fix and stdin_name is not None)
-    files, missing = discover([p for p in paths if p != "-"], settings.excluded, options.force_exclude)
-    report.errors.extend(missing)
-    if files:
-        # Deselected rules never run: their screens do not make files parse, their index is not built.
-        report.extend(lint_paths(files, settings.rules_for(files), jobs=options.jobs or None, cache=not options.no_cache))
+    versions: dict[int, str] = {}
 
-    findings = [f for f in report.findings if settings.enabled(f.code, f.path)]
+    def keras_of(path: str) -> str:
+        config = settings.for_path(path)
+        if id(config) not in versions:
+            versions[id(config)] = keras_version(config, keras2_files)
+        return versions[id(config)]
+
+    def targeted(found) -> list:  # as the Keras the file's project targets sees them (TAP302)
+        return [g for g in (for_keras(f, keras_of(f.path)) for f in found) if g is not None]
+
+    findings = targeted(f for f in report.findings if settings.enabled(f.code, f.path))
     linted = list(sources) + files
     suppressed = split(findings, sources, linted if options.report_unused_suppressions else (), settings.enabled)
     findings = suppressed.kept
@@ -210,7 +224,7 @@ def _run(paths, options) -> int:
                 outcome.findings.extend(found)
                 continue
         try:
-            result = fixing.fix_source(data, path, _Suppressed(settings, path), options.unsafe_fixes)
+            result = fixing.fix_source(data, path, _Suppressed(settings, path, keras_of(path)), options.unsafe_fixes)
         except (LintError, SyntaxError, UnicodeDecodeError, LookupError) as exc:  # changed since it was linted
             outcome.errors.append(FileError(path, f"not fixed: {exc}"))
             outcome.findings.extend(found)
@@ -229,9 +243,10 @@ def _run(paths, options) -> int:
                 outcome.errors.append(FileError(path, str(exc)))
                 outcome.findings.extend(found)
                 continue
+        remaining = targeted(result.remaining)
         outcome.fixed += result.fixed_count
-        outcome.fixed_findings.extend(_fixed(found, result.remaining))
-        outcome.findings.extend(result.remaining)
+        outcome.fixed_findings.extend(_fixed(found, remaining))
+        outcome.findings.extend(remaining)
     outcome.findings.sort(key=sort_key)
     outcome.errors.sort()
     if fix and stdin_name is not None:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from tapecheck.lint.files import SKIP_DIRS
 from tapecheck.rules import RULES
 
-KEYS = ("select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude")
+KEYS = ("select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude", "keras-version")
+KERAS_VERSIONS = ("2", "3")
 ALL_CODES = tuple(rule.code for rule in RULES)
 
 
@@ -70,6 +71,7 @@ class Config:
     per_file_ignores: list[tuple[object, set[str]]] = field(default_factory=list)  # (spec, codes)
     exclude: object | None = None  # spec replacing the default skipped folders
     extend_exclude: object | None = None
+    keras_version: str | None = None  # "2" or "3"; None: detected from the project's files (default "3")
 
     def enabled(self, code: str, path: str) -> bool:
         if code not in self.select or code in self.ignore:
@@ -139,6 +141,11 @@ def parse(table: dict, path: str) -> Config:
             config.exclude = _spec(_patterns(value, where), where)
         elif key == "extend-exclude":
             config.extend_exclude = _spec(_patterns(value, where), where)
+        elif key == "keras-version":
+            version = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+            if version not in KERAS_VERSIONS:
+                raise ConfigError(f'{where}: expected "2" (tf_keras) or "3", got {value!r}')
+            config.keras_version = version
         else:
             raise ConfigError(f"{path}: [tool.tapecheck] unknown key {key!r} (known: {', '.join(KEYS)})")
     config.select |= extend_select  # on top of `select`, wherever it stands in the table; `ignore` still wins
@@ -221,3 +228,28 @@ class Settings:
         """Whether discovery skips this file or folder: the settings of the folder holding it decide."""
         config = self._fixed or self._for_folder(os.path.dirname(os.path.abspath(path)))
         return config.excluded(path, is_dir)
+
+
+def keras_version(config: Config, marked: set[str]) -> str:
+    """The Keras a file's code targets: the configured `keras-version`, else "2" when a file of
+    the run under the configuration's folder (any file of the run, without a pyproject.toml)
+    imports `tf_keras` or mentions `TF_USE_LEGACY_KERAS`, else "3"."""
+    if config.keras_version is not None:
+        return config.keras_version
+    if config.path is None:
+        return "2" if marked else "3"
+    root = config.root.rstrip(os.sep) + os.sep
+    return "2" if any(os.path.abspath(path).startswith(root) for path in marked) else "3"
+
+
+def for_keras(finding, version: str):
+    """A finding as the targeted Keras sees it: findings carrying `details["keras2"]` (TAP302)
+    are dropped for Keras 2 when it is None (Keras 2 has that API), else re-worded. None: dropped."""
+    if version != "2" or "keras2" not in finding.details:
+        return finding
+    message = finding.details["keras2"]
+    if message is None:
+        return None
+    import dataclasses
+
+    return dataclasses.replace(finding, message=message)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 from collections.abc import Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from tapecheck.findings import FileError
 from tapecheck.lint.engine import LintError, Report, lint_source, may_fire, read_source
@@ -25,11 +27,50 @@ MIN_PARALLEL_FILES = 8
 MIN_PARALLEL_BYTES = 512 * 1024
 
 
+# A project written for Keras 2: `import tf_keras` / `from tf_keras ...`, or the switch that makes
+# `tf.keras` Keras 2 (`os.environ["TF_USE_LEGACY_KERAS"] = "1"`). Also found in notebooks' JSON.
+KERAS2_MARKER = re.compile(rb"\b(?:import|from)[ \t]+tf_keras\b|TF_USE_LEGACY_KERAS")
+_keras2_files: ContextVar[set | None] = ContextVar("tapecheck_keras2_files", default=None)
+
+
+@contextmanager
+def collecting_keras2_markers():
+    """Within it, the paths of the files read that mark their project as Keras 2 are added to
+    the yielded set (read as they are linted: no second pass over the files)."""
+    found: set[str] = set()
+    token = _keras2_files.set(found)
+    try:
+        yield found
+    finally:
+        _keras2_files.reset(token)
+
+
+def _note_markers(path: str, source: bytes) -> None:
+    found = _keras2_files.get()
+    if found is not None and KERAS2_MARKER.search(source):
+        found.add(path)
+
+
 def available_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def _dependency_stamps(path: str, source: bytes) -> bytes:
+    """The contents of the project files `path` imports: a file's findings depend on what the
+    program model read in them (a loss or a model defined in another module)."""
+    from tapecheck.lint.model import dependencies
+
+    stamps = []
+    for dependency in dependencies(path, source):
+        try:
+            with open(dependency, "rb") as handle:
+                stamps.append(b"\0" + dependency.encode("utf-8", "surrogateescape") + b"\0" + handle.read())
+        except OSError:
+            stamps.append(b"\0" + dependency.encode("utf-8", "surrogateescape") + b"\0?")
+    return b"".join(stamps)
 
 
 def _needs_parse(path: str, source: bytes, rules: Sequence[Rule]) -> bool:
@@ -95,6 +136,7 @@ def lint_stdin(stream, name: str, rules: Sequence[Rule]) -> tuple[bytes, Report]
         report = Report(files_checked=1)
         report.errors.append(FileError(name, f"input too large to lint (over {MAX_FILE_BYTES // 2**20} MiB)"))
         return b"", report
+    _note_markers(name, data)
     if not _needs_parse(name, data, rules):
         return data, screened_out(name, data)
     return data, _lint_one(name, data, rules)
@@ -142,12 +184,13 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
         except LintError as exc:
             results[index] = Report(errors=[FileError(path, str(exc))], files_checked=1)
             continue
+        _note_markers(path, source)
         if not _needs_parse(path, source, rules):
             results[index] = screened_out(path, source)  # no rule can fire: only Python's parser runs
             continue
         key = None
         if cache:
-            key = cache.key(path, source)
+            key = cache.key(path, source + _dependency_stamps(path, source))
             hit = cache.get(key, path)
             if hit is not None:
                 results[index] = Report(findings=hit[0], errors=hit[1], files_checked=1)

@@ -12,7 +12,18 @@ that old training loops and tutorials still make:
 Each one fails only when the line runs: `AttributeError: 'Mean' object has no
 attribute 'reset_states'` at the end of the first epoch, after the first
 epoch's training time is spent; `ValueError: Argument(s) not recognized:
-{'lr': ...}` when the optimizer is built.
+{'lr': ...}` when the optimizer is built. Building a legacy optimizer raises
+`ImportError`, and a `hasattr(tf.keras.optimizers, "legacy")` guard does not
+help: Keras 3 keeps a `legacy` stub module whose optimizers only raise.
+
+## Keras 2 projects
+With `keras-version = "2"` in `[tool.tapecheck]` (or when not set, for a project
+that imports `tf_keras` or mentions `TF_USE_LEGACY_KERAS`), the APIs Keras 2 has
+are not reported: `reset_states()`, legacy optimizers (and `lr=` or
+`get_gradients` on them). `lr=` given to a Keras 2 optimizer of TensorFlow 2.11
+or later is still reported: it is accepted with a logged warning and ignored,
+so training runs with the default learning rate. `get_gradients` on such an
+optimizer is still reported too (it has none: AttributeError).
 
 ## Example
 ```python
@@ -40,6 +51,7 @@ The fix renames `reset_states()` to `reset_state()` and `lr=` to
 automatic fix.
 '''
 
+import dataclasses
 import re
 
 from tapecheck.rules._common import flatten, is_keras_class, metric_bindings, report
@@ -52,6 +64,19 @@ FIXABLE = True
 
 
 LR_KEYWORD = re.compile(rb"\blr\s*=")
+
+# Each finding says, in `details`, which API it is about and what to report instead for a
+# Keras 2 (tf_keras) project: `details["keras2"]` is None when Keras 2 has the API, else the
+# Keras 2 message. The lint CLI chooses by `keras-version` (tapecheck/lint/config.py).
+KERAS2_IGNORES_LR = (
+    "Keras 2 optimizers (TensorFlow 2.11+, tf_keras) ignore `lr=`: only a warning is logged "
+    "and training runs with the default learning rate"
+)
+KERAS2_NO_GET_GRADIENTS = "Keras 2 optimizers (TensorFlow 2.11+, tf_keras) have no `get_gradients()`: AttributeError"
+
+
+def _with(finding, api: str, keras2: str | None):
+    return dataclasses.replace(finding, details={"api": api, "keras2": keras2})
 
 
 def screen(source: bytes) -> bool:
@@ -106,32 +131,40 @@ def _is_metric(facts, receiver, call, metrics) -> bool:
     return False
 
 
+def _is_legacy(callee: str) -> bool:
+    return ".optimizers.legacy." in f"{callee}." and is_keras_class(callee, "optimizers")
+
+
 def check(facts):
     metrics = metric_bindings(facts)
-    optimizers = {a.target for a in facts.assigns if a.value is not None and is_keras_class(a.value.callee, "optimizers")}
+    optimizers = {}  # name -> whether a legacy optimizer is bound to it (any binding)
+    for a in facts.assigns:
+        if a.value is not None and is_keras_class(a.value.callee, "optimizers"):
+            optimizers[a.target] = optimizers.get(a.target, False) or _is_legacy(a.value.callee)
     for call in facts.calls:
         callee = facts.resolve(call.func.text) if call.func.text else ""
         if call.method == "reset_states" and _is_metric(facts, call.receiver, call, metrics):
-            yield report(
+            yield _with(report(
                 facts, call.site, CODE,
                 f"`{call.receiver}.reset_states()` was removed from Keras 3 metrics: AttributeError",
                 f"Call `{call.receiver}.reset_state()`.",
-            )
-        elif ".optimizers.legacy." in f"{callee}." and is_keras_class(callee, "optimizers"):
-            yield report(
+            ), "reset_states", None)
+        elif _is_legacy(callee):
+            yield _with(report(
                 facts, call.site, CODE,
-                f"`{call.func.text}`: Keras 3 removed the legacy optimizers",
+                f"`{call.func.text}`: Keras 3 has no legacy optimizers: building one raises ImportError, "
+                'and a `hasattr(tf.keras.optimizers, "legacy")` guard does not help (the stub module exists)',
                 "Use the optimizer of the same name in `keras.optimizers`.",
-            )
+            ), "legacy-optimizer", None)
         elif is_keras_class(callee, "optimizers") and "lr" in call.keywords:
-            yield report(
+            yield _with(report(
                 facts, call.site, CODE,
                 "Keras 3 optimizers reject `lr=`: ValueError: Argument(s) not recognized",
                 "Pass `learning_rate=` instead.",
-            )
+            ), "lr", KERAS2_IGNORES_LR)
         elif call.method == "get_gradients" and call.receiver in optimizers:
-            yield report(
+            yield _with(report(
                 facts, call.site, CODE,
                 f"`{call.receiver}.get_gradients()` was removed from Keras 3 optimizers",
                 "Compute gradients with `tf.GradientTape` and pass them to `apply_gradients`.",
-            )
+            ), "get_gradients", None if optimizers[call.receiver] else KERAS2_NO_GET_GRADIENTS)
