@@ -186,3 +186,97 @@ def test_without_tensorflow_the_error_says_what_to_install(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "needs tensorflow" in done.stderr and "tapecheck[tensorflow-cpu]" in done.stderr
     assert "Traceback" not in done.stderr and "never runs" not in done.stdout
+
+
+NOTEBOOK = {
+    "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# Training\n"]},
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+         "source": ["%matplotlib inline\n", "import tensorflow as tf\n"]},
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+         "source": ["w = tf.Variable(1.0, name='w')\n", "b = tf.Variable(1.0, name='b')\n"]},
+        {"cell_type": "code", "execution_count": 3, "metadata": {}, "outputs": [],
+         "source": ["with tf.GradientTape() as tape:\n", "    loss = w * w\n",
+                    "grads = tape.gradient(loss, [w, b])\n", "print('gradient of b:', grads[1])\n"]},
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+def test_notebook_runs_its_code_cells_and_findings_name_the_cell(tmp_path, monkeypatch):
+    from tapecheck import __version__
+
+    (tmp_path / "train.ipynb").write_text(json.dumps(NOTEBOOK))  # `null` in the JSON: not Python
+    report = tmp_path / "report.json"
+    result = invoke(["probe", "--format", "json", "--output", str(report), "train.ipynb"], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert "gradient of b: None" in result.stdout
+    data = json.loads(report.read_text())
+    assert (data["version"], data["tool"]["name"], data["tool"]["version"]) == (1, "tapecheck", __version__)
+    assert data["summary"] == {"findings": 1, "by_code": {"TAP102": 1}, "explained_errors": 0}
+    [finding] = data["findings"]
+    assert (finding["code"], finding["cell"], finding["line"]) == ("TAP102", 4, 3)  # cell 4, its third line
+    assert finding["path"] == "train.ipynb" and "`b`" in finding["message"]  # the call's text, read from the cell
+
+    text = invoke(["probe", "train.ipynb"], tmp_path, monkeypatch)
+    assert "train.ipynb:cell 4:3:" in text.stderr and "TAP102" in text.stderr
+
+
+def test_a_notebook_that_is_not_one_is_a_usage_error(tmp_path, monkeypatch):
+    (tmp_path / "broken.ipynb").write_text("{not json")
+    result = invoke(["probe", "broken.ipynb"], tmp_path, monkeypatch)
+    assert result.exit_code == 2 and "not a valid notebook" in result.stderr
+
+
+OWN_PROBE = """\
+import tensorflow as tf
+import tapecheck
+
+w, b = tf.Variable(1.0), tf.Variable(1.0)
+with tapecheck.probe() as mine:
+    with tf.GradientTape() as tape:
+        y = w * 2.0
+    tape.gradient(y, [w, b])
+print("inner", [(f.code, f.line) for f in mine.findings])
+"""
+
+
+def test_a_probe_inside_tapecheck_probe_nests(tmp_path, monkeypatch):
+    (tmp_path / "own.py").write_text(OWN_PROBE)
+    result = invoke(["probe", "own.py"], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert "inner [('TAP102', 8)]" in result.stdout
+    assert "own.py:8:" in result.stderr and "1 finding." in result.stderr  # the outer report has it too
+
+
+NESTED_TESTS = """\
+import tensorflow as tf
+import tapecheck
+
+
+def test_own_probe():
+    w, b = tf.Variable(1.0), tf.Variable(1.0)
+    with tapecheck.probe() as p:
+        with tf.GradientTape() as tape:
+            y = w * 2.0
+        tape.gradient(y, [w, b])
+    assert [f.code for f in p.findings] == ["TAP102"]
+
+
+def test_own_clean_probe():
+    w = tf.Variable(1.0)
+    with tapecheck.probe() as p:
+        with tf.GradientTape() as tape:
+            y = w * 2.0
+        tape.gradient(y, w)
+    assert p.findings == []
+"""
+
+
+def test_a_probe_inside_pytest_tapecheck_nests(pytester):
+    pytester.makepyfile(test_nested=NESTED_TESTS)
+    result = pytester.runpytest_inprocess("--tapecheck", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)  # the outer probe still fails the test with findings
+    result.stdout.fnmatch_lines(["*tapecheck probe findings during this test*", "*test_nested.py:10:9: TAP102*"])
+    result.stdout.no_fnmatch_line("*already running*")

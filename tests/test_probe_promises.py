@@ -87,15 +87,19 @@ def test_exceptions_from_tensorflow_and_user_code_pass_unchanged():
     del tape
 
 
-def test_two_probes_in_a_row_and_one_at_a_time():
+def test_two_probes_in_a_row_and_a_nested_one():
     w, b = tf.Variable(1.0), tf.Variable(2.0)
     for _ in range(2):
         with tapecheck.probe() as p:
             small_step(w, b)
+            inner = tapecheck.probe().start()  # nests: the running probe's hooks serve both
+            small_step(w, b)
+            inner.stop()
+            small_step(w, b)  # the running probe is unaffected by the nested one
             with pytest.raises(ProbeError):
-                tapecheck.probe().start()
-            small_step(w, b)  # the running probe is unaffected by the refused one
-        assert [(f.code, f.count) for f in p.findings] == [("TAP102", 2)]
+                p.start()  # but the running probe itself cannot start again
+        assert [(f.code, f.count) for f in p.findings] == [("TAP102", 3)]
+        assert [(f.code, f.count) for f in inner.findings] == [("TAP102", 1)]
 
 
 def test_keeps_no_tape_or_tensor_alive():

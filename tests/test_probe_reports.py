@@ -500,3 +500,21 @@ def test_eager_loop_names_the_cutting_op_from_the_next_step(wb):
                        ("TAP104", line("eager-round"), "no-differentiable-path")]
     assert [f.count for f in sorted(p.findings)] == [3, 3]  # the first step, seen before the op was known, too
     assert "`ArgMax`" in p.findings[0].details["op"] or "`ArgMax`" in p.findings[1].details["op"]
+
+
+def test_two_metrics_read_on_one_line_give_one_finding_each_with_the_epochs():
+    data = tf.data.Dataset.from_tensor_slices(np.arange(4, dtype="float32")).batch(2)
+    loss, acc = keras.metrics.Mean(name="train_loss"), keras.metrics.Mean(name="train_acc")
+    with tapecheck.probe() as p:
+        for _ in range(3):
+            for batch in data:
+                loss.update_state(batch)
+                acc.update_state(batch * 2)
+            text = "{} {}".format(loss.result(), acc.result())  # L:one-line
+    assert text
+    assert mine(p) == [("TAP301", line("one-line"), "metric-never-reset")] * 2
+    by_name = {f.details["sources"][0]: f for f in p.findings}
+    assert sorted(by_name) == ["train_acc", "train_loss"]
+    for name, finding in by_name.items():
+        assert f"`{name}`" in finding.message and finding.details["sources"] == [name]
+        assert finding.count == 2 and finding.details["stale_epochs"] == [2, 3]  # 3 epochs: 2 and 3 carry the earlier

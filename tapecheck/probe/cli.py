@@ -30,6 +30,7 @@ def probe(module, fmt, output, fail_on_findings, program):
     tapecheck probe train.py --epochs 3
     tapecheck probe -m mypackage.train --epochs 3
     tapecheck probe --format json --output probe.json train.py
+    tapecheck probe notebook.ipynb              # its code cells, in order
 
     The report goes to standard error (or --output); the program keeps stdout.
     Inside @tf.function (and fit) the checks run while the function is traced.
@@ -48,6 +49,15 @@ def probe(module, fmt, output, fail_on_findings, program):
                 raise click.BadParameter(f"no module named {module!r}", param_hint="-m")
         finally:
             sys.path.pop(0)
+    notebook = None
+    if script is not None and script.endswith(".ipynb"):
+        from tapecheck.lint.notebooks import NotebookError
+        from tapecheck.probe import notebook as notebooks
+
+        try:
+            notebook = notebooks.load(script)  # its code cells, not the JSON
+        except (NotebookError, OSError) as exc:
+            raise click.BadParameter(f"{script}: {exc}", param_hint="SCRIPT") from None
 
     from tapecheck.probe.session import Probe
 
@@ -68,7 +78,10 @@ def probe(module, fmt, output, fail_on_findings, program):
         if script is not None:
             sys.argv = [script, *args]
             sys.path[0] = os.path.dirname(os.path.abspath(script))
-            kept = runpy.run_path(os.path.abspath(script), run_name="__main__")  # absolute, as python does
+            if notebook is not None:
+                kept = notebooks.run(script, notebook)
+            else:
+                kept = runpy.run_path(os.path.abspath(script), run_name="__main__")  # absolute, as python does
         else:
             sys.argv = [module, *args]  # runpy puts the module's path in argv[0]
             sys.path[0] = os.getcwd()

@@ -11,7 +11,16 @@ def _lint(path: str, mtime: float):
     from tapecheck.lint import lint_file
 
     try:
-        return tuple((f.line, f.code) for f in lint_file(path).findings)
+        findings = lint_file(path).findings
+        if path.endswith(".ipynb"):  # the linter reports (cell, line in cell); the probe runs program lines
+            from tapecheck.probe.notebook import program_for
+
+            program = program_for(path)
+            if program is None:
+                return ()
+            lines = ((program.program_line(f.cell, f.line) if f.cell else None, f.code) for f in findings)
+            return tuple((line, code) for line, code in lines if line is not None)
+        return tuple((f.line, f.code) for f in findings)
     except Exception:  # noqa: BLE001 - unreadable now, or the linter cannot parse it: keep the run-time line
         return ()
 

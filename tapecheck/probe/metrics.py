@@ -175,7 +175,7 @@ class MetricHooks:
                 f"metric `{name}` is read here once per epoch but never reset: "
                 "this result still includes the earlier epochs",
                 f"Call `{name}.reset_state()` at the start of each epoch.",
-                names=[name],
+                names=[name], subject=name, stale_epochs=[self.epochs],
             )
 
 

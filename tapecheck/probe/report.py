@@ -17,13 +17,24 @@ class Collector:
     def __init__(self):
         self._lock = threading.Lock()
         self._records: dict[tuple, dict] = {}
+        self.children: list[Collector] = []  # nested probes' collectors: told every observation too
 
     def add(self, site, code: str, cause: str, message: str, hint: str = "",
-            names=(), count: int = 1, locate=None, drop_unlocated=False, **details) -> None:
-        """Record one observation; `message` may hold `{names}`, filled at report time. Returns its key."""
+            names=(), count: int = 1, locate=None, drop_unlocated=False, subject=None, **details) -> None:
+        """Record one observation; `message` may hold `{names}`, filled at report time. Returns its key.
+
+        `subject` (a metric's name) keeps apart two findings of one cause at one line.
+        """
         if site is None:
             return None
-        key = (site.path, site.line, code, cause)
+        for child in list(self.children):
+            child.add(site, code, cause, message, hint, names, count, locate, drop_unlocated, subject, **details)
+        return self._add_here(site, code, cause, message, hint, names, count, locate, drop_unlocated, subject,
+                              **details)
+
+    def _add_here(self, site, code, cause, message, hint="", names=(), count=1, locate=None,
+                  drop_unlocated=False, subject=None, **details):
+        key = (site.path, site.line, code, cause) + ((subject,) if subject is not None else ())
         with self._lock:
             record = self._records.get(key)
             if record is None:
@@ -46,6 +57,8 @@ class Collector:
 
     def mark(self, key, explains: str) -> bool:
         """Say that the finding at `key` explains an exception (kept even where unlocated); False if none."""
+        for child in list(self.children):
+            child.mark(key, explains)
         with self._lock:
             record = self._records.get(key) if key is not None else None
             if record is None:
@@ -56,12 +69,14 @@ class Collector:
 
     def move(self, old_site, new_site, code: str, cause: str, message: str) -> None:
         """Fold the record at `old_site` into the one at `new_site` (made if needed)."""
+        for child in list(self.children):
+            child.move(old_site, new_site, code, cause, message)
         with self._lock:
             old = self._records.pop((old_site.path, old_site.line, code, cause), None)
         if old is None:
             return
-        self.add(new_site, code, cause, message, old["hint"], names=old["names"], count=old["count"],
-                 **{k: v for k, v in old["details"].items() if isinstance(v, list)})
+        self._add_here(new_site, code, cause, message, old["hint"], names=old["names"], count=old["count"],
+                       **{k: v for k, v in old["details"].items() if isinstance(v, list)})
 
     def __len__(self):
         return len(self._records)
@@ -103,9 +118,24 @@ def report_internal_error(exc: BaseException) -> None:
         sys.stderr.write(f"tapecheck probe: internal error, one diagnosis skipped ({text})\n")
 
 
+JSON_VERSION = 1  # fields are only added; one that changes meaning or goes away bumps it
+
+
 def render(findings, fmt: str = "text") -> str:
     if fmt == "json":
-        return json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2) + "\n"
+        from tapecheck import __version__
+
+        codes: dict[str, int] = {}
+        for f in findings:
+            codes[f.code] = codes.get(f.code, 0) + 1
+        document = {
+            "version": JSON_VERSION,
+            "tool": {"name": "tapecheck", "version": __version__, "command": "probe"},
+            "findings": [f.to_dict() for f in findings],
+            "summary": {"findings": len(findings), "by_code": dict(sorted(codes.items())),
+                        "explained_errors": sum(1 for f in findings if f.details.get("explains"))},
+        }
+        return json.dumps(document, indent=2) + "\n"
     lines = []
     for f in findings:
         lines.append(f.format())

@@ -11,7 +11,7 @@ _running = None  # the probe whose hooks are installed; only one at a time
 
 
 class ProbeError(RuntimeError):
-    """The probe cannot start (another probe is running)."""
+    """The probe cannot start (it is running already)."""
 
 
 class Probe:
@@ -28,17 +28,19 @@ class Probe:
         self._hooks = []
         self._notes = None  # loud.Notes, made at start
         self._tapes = None
+        self._parent = None  # the running probe this one is nested in (it shares its hooks)
 
     @property
     def findings(self):
         """What the probe saw, less what a `# tapecheck: ignore[...]`/`# noqa: ...` on the line hides."""
         from tapecheck.lint.suppressions import apply_suppressions
+        from tapecheck.probe.notebook import relocate
 
-        return apply_suppressions(self.collector.findings())
+        return apply_suppressions(relocate(self.collector.findings()))
 
     @property
     def running(self) -> bool:
-        return self._patcher is not None
+        return self._patcher is not None or self._parent is not None
 
     def start(self) -> Probe:
         global _running
@@ -47,9 +49,20 @@ class Probe:
         from tapecheck.probe.tapes import TapeHooks
 
         with _lock:
-            if _running is not None:
-                raise ProbeError("a tapecheck probe is already running; stop it before starting another")
-            _running = self
+            if self.running or _running is self:
+                raise ProbeError("this tapecheck probe is already running")
+            parent = _running
+            if parent is None:
+                _running = self
+            else:
+                # Nested (`with tapecheck.probe()` under `pytest --tapecheck` or `tapecheck probe`):
+                # the running probe's hooks serve both; this one sees what happens while it runs.
+                with parent.collector._lock:
+                    parent.collector.children.append(self.collector)
+                self._parent = parent
+                self._notes, self._tapes = parent._notes, parent._tapes
+        if parent is not None:
+            return self
         try:
             from tapecheck.probe.metrics import MetricHooks
             from tapecheck.probe.pairing import GradientOrigins
@@ -79,6 +92,13 @@ class Probe:
         return self
 
     def stop(self) -> None:
+        parent = self._parent
+        if parent is not None:
+            self._parent = None
+            with parent.collector._lock:
+                if self.collector in parent.collector.children:
+                    parent.collector.children.remove(self.collector)
+            return
         if self._patcher is not None:
             self._teardown()
 
