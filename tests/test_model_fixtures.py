@@ -90,3 +90,25 @@ def test_bad_fixture_fails_under_tensorflow_as_it_claims(path):
 @pytest.mark.parametrize("path", runnable(GOOD), ids=lambda p: p.name)
 def test_good_fixture_runs_under_tensorflow(path):
     assert run(path) is None
+
+
+def test_a_file_linted_alone_still_reads_the_modules_it_imports():
+    """Pre-commit names only the staged files: the project's other files must still inform them."""
+    trainer = ROOT / "bad" / "project_trainer.py"
+    report = lint_paths([str(trainer)], jobs=1)
+    assert found(report.findings) == expected(trainer.read_text(encoding="utf-8"))
+    assert "line 9 of _project_losses.py" in report.findings[0].message
+
+
+def test_the_cache_follows_an_edit_of_an_imported_module(tmp_path):
+    from tapecheck.lint.cache import Cache
+
+    for name in ("project_trainer.py", "_project_losses.py"):
+        (tmp_path / name).write_bytes((ROOT / "bad" / name).read_bytes())
+    trainer = str(tmp_path / "project_trainer.py")
+    cache = Cache(root=str(tmp_path / ".cache"))
+    assert [f.code for f in lint_paths([trainer], jobs=1, cache=cache).findings] == ["TAP104"]
+    (tmp_path / "_project_losses.py").write_bytes((ROOT / "good" / "_project_losses.py").read_bytes())
+    assert lint_paths([trainer], jobs=1, cache=cache).findings == []
+    (tmp_path / "_project_losses.py").write_bytes((ROOT / "bad" / "_project_losses.py").read_bytes())
+    assert [f.code for f in lint_paths([trainer], jobs=1, cache=cache).findings] == ["TAP104"]

@@ -61,6 +61,7 @@ GUARD_BLOCKS = frozenset({"if", "else", "except", "match"})
 VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
 KERAS_ROOTS = ("keras.", "tensorflow.keras.", "tf_keras.", "tensorflow.python.keras.")
 MAX_ALIAS_DEPTH = 8
+MAX_CALL_DEPTH = 40  # summaries computed inside one another; deeper calls are unknown
 
 
 def keras_member(dotted: str, package: str) -> str:
@@ -336,7 +337,7 @@ class ProgramModel:
                 return None
             klass = self._self_class(head, site)
             if klass is not None:
-                return self.attribute(klass, attribute, depth)
+                return self.method_of_block(klass, attribute) or self.attribute(klass, attribute, depth)
             owner = self.binding(head, site, depth + 1)
             if isinstance(owner, Instance):
                 klass = owner.klass
@@ -470,7 +471,18 @@ class ProgramModel:
         key = fn.block.id
         if key in self._summaries:
             return self._summaries[key]
+        if _depth[0] >= MAX_CALL_DEPTH:
+            return None  # not memoised: asked again from a shallower caller, it is computed
         self._summaries[key] = None
+        _depth[0] += 1
+        try:
+            summary = self._summarise(fn, key)
+        finally:
+            _depth[0] -= 1
+        self._summaries[key] = summary
+        return summary
+
+    def _summarise(self, fn: Function, key: int) -> Summary:
         facts = self.facts
         params = set(fn.params)
         summary = Summary()
@@ -500,7 +512,6 @@ class ProgramModel:
                                  call.site if other or c.entry else None)
                         for c in inner.creates
                     )
-        self._summaries[key] = summary
         return summary
 
     def guarded(self, site: Site, outer: int) -> bool:
@@ -684,6 +695,7 @@ MAX_MODULE_BYTES = 512 * 1024
 MAX_MODULES = 64  # other files kept per process
 SEARCH_LEVELS = 4  # folders above the importing file searched for an absolute import
 _modules: dict[str, tuple[tuple[int, int], "ProgramModel | None"]] = {}
+_depth = [0]  # summaries being computed in this process, across the models of several files
 
 
 def module_file(importer: str, module: str, relative: bool) -> str | None:

@@ -1,0 +1,225 @@
+"""The program model: bindings, calls, summaries, bounds, and what must stay silent.
+
+Each case is a real source linted through the real engine (libcst, the facts, the
+model); a few ask the model directly."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from expectations import expected, found
+from tapecheck.lint import lint_source
+from tapecheck.lint.engine import _facts
+from tapecheck.lint.model import Function, Instance, Klass, model_of
+
+
+def model(source: str):
+    return model_of(_facts(textwrap.dedent(source).encode(), "example.py"))
+
+
+def check(source: str):
+    source = textwrap.dedent(source)
+    assert found(lint_source(source, "example.py")) == expected(source)
+
+
+HEADER = "import numpy as np\nimport tensorflow as tf\n"
+
+SEEN = {
+    "a helper's helper, reached through an alias": HEADER + """
+def _log(x):
+    return np.log(x)  # expect: TAP104
+def penalty(pred):
+    return tf.reduce_sum(_log(pred))
+loss_fn = penalty
+def step(model, x):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(model(x))
+    return tape.gradient(loss, model.trainable_variables)
+""",
+    "a method through self, with a keyword argument": HEADER + """
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+    def loss(self, *, pred):
+        return tf.constant(float(tf.reduce_mean(pred)))  # expect: TAP104
+    def step(self, x):
+        with tf.GradientTape() as tape:
+            loss = self.loss(pred=self.model(x))
+        return tape.gradient(loss, self.model.trainable_variables)
+""",
+    "an instance of a local Layer held on self": HEADER + """
+import keras
+class Rounder(keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(1)
+    def call(self, x):
+        return tf.round(self.dense(x))  # expect: TAP104
+class Trainer:
+    def __init__(self):
+        self.net = Rounder()
+    def step(self, x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(self.net(x))
+        return tape.gradient(loss, self.net.trainable_variables)
+""",
+    "a Loss subclass instance given to compile": HEADER + """
+import keras
+class Hinge(keras.losses.Loss):
+    def call(self, y_true, y_pred):
+        hits = tf.cast(tf.argmax(y_pred, axis=-1), tf.float32)  # expect: TAP104
+        return tf.reduce_mean(tf.abs(hits - y_true))
+model = keras.Sequential([keras.layers.Dense(1)])
+model.compile(optimizer="adam", loss=Hinge())
+""",
+}
+
+CLEAN = {
+    "variables read inside the tape through a closure and a lambda": HEADER + """
+def step(model, x, w):
+    scale = lambda t: t * w
+    def head(t):
+        return scale(model(t))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(head(x))
+    return tape.gradient(loss, [w] + model.trainable_variables)
+""",
+    "one head cut for logging, the other carries the gradient": HEADER + """
+def accuracy(y, logits):
+    return tf.reduce_mean(tf.cast(tf.argmax(logits, -1) == y, tf.float32))
+def loss_and_acc(y, logits):
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits)), accuracy(y, logits)
+def step(model, x, y):
+    with tf.GradientTape() as tape:
+        loss, acc = loss_and_acc(y, model(x))
+    return tape.gradient(loss, model.trainable_variables), acc
+""",
+    "a recursive and a mutually recursive helper (unknown: silent)": HEADER + """
+def depth_sum(x, n):
+    return x if n == 0 else depth_sum(np.log(x), n - 1)
+def ping(x, n):
+    return pong(x, n) if n else x
+def pong(x, n):
+    return ping(np.abs(x), n - 1)
+def step(model, x):
+    with tf.GradientTape() as tape:
+        loss = depth_sum(model(x), 3) + ping(model(x), 2)
+    return tape.gradient(loss, model.trainable_variables)
+""",
+    "a helper whose name is rebound to a parameter": HEADER + """
+def loss_fn(x):
+    return np.mean(x)
+def step(model, x, loss_fn):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(model(x))
+    return tape.gradient(loss, model.trainable_variables)
+""",
+    "a parameter rebound on one path only": HEADER + """
+def clip(pred, hard=False):
+    if hard:
+        pred = tf.round(pred)
+    return tf.reduce_mean(pred)
+def step(model, x):
+    with tf.GradientTape() as tape:
+        loss = clip(model(x))
+    return tape.gradient(loss, model.trainable_variables)
+""",
+    "a state maker guarded to run once, and one called before the loop": HEADER + """
+class Trainer:
+    def __init__(self, model):
+        self.model, self.tracker = model, None
+    def make(self):
+        return tf.keras.metrics.Mean()
+    @tf.function
+    def train_step(self, x):
+        if self.tracker is None:
+            self.tracker = self.make()
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(self.model(x))
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+def make_optimizer():
+    return tf.keras.optimizers.Adam()
+def fit(model, data):
+    opt = make_optimizer()
+    for x in data:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+""",
+}
+
+
+@pytest.mark.parametrize("source", SEEN.values(), ids=SEEN.keys())
+def test_the_model_sees_mistakes_away_from_the_tape(source):
+    assert expected(source)
+    check(source)
+
+
+@pytest.mark.parametrize("source", CLEAN.values(), ids=CLEAN.keys())
+def test_what_the_model_cannot_see_enough_of_stays_silent(source):
+    check(source)
+
+
+def test_bindings_resolve_aliases_instances_attributes_and_closures():
+    m = model("""
+        import keras
+        class Net(keras.Model):
+            def call(self, x):
+                return x
+        def helper(x):
+            return x
+        alias = helper
+        net = Net()
+        class Trainer:
+            def __init__(self):
+                self.net = Net()
+            def run(self, x):
+                def inner():
+                    return alias(x)
+                return self.net(x), inner()
+    """)
+    facts = m.facts
+    calls = {c.func.text: c for c in facts.calls}
+    assert isinstance(m.binding("alias", calls["alias"].site), Function)
+    assert m.resolve(calls["alias"]).name == "helper"
+    assert m.resolve(calls["self.net"]).qualname == "Net.call"
+    assert isinstance(m.binding("net", calls["self.net"].site), Instance)
+    assert isinstance(m.binding("Net", calls["Net"].site), Klass)
+    assert m.resolve(calls["Net"]) is None  # a constructor runs __init__, not a summarised call
+    assert m.binding("x", calls["alias"].site) is None  # a parameter: unknown
+
+
+def test_summaries_say_how_the_return_depends_on_each_parameter():
+    m = model(HEADER + """
+def f(a, b, c):
+    t = np.log(a)
+    return tf.reduce_sum(t) + b * 2.0
+""")
+    fn = next(f for f in m.functions.values() if f.name == "f")
+    returns = m.summary(fn).returns
+    assert returns.live == {"b"}
+    assert returns.cuts["a"].what == "`np.log()`" and returns.cuts["a"].site.line == 5
+    assert "c" not in returns.cuts and "c" not in returns.live
+
+
+def chain_program(length: int) -> str:
+    chain = "\n".join(f"def f{i}(x):\n    return f{i + 1}(x)" for i in range(length))
+    return HEADER + chain + f"\ndef f{length}(x):\n    return np.log(x)\n" + """
+def step(model, x):
+    with tf.GradientTape() as tape:
+        loss = f0(model(x))
+    return tape.gradient(loss, model.trainable_variables)
+"""
+
+
+def test_a_call_chain_is_followed_to_its_cut():
+    findings = lint_source(chain_program(20), "example.py")
+    assert [f.code for f in findings] == ["TAP104"] and "`f20` (line 44)" in findings[0].message and findings[0].line == 44
+
+
+def test_a_huge_call_chain_stays_bounded_and_silent():
+    """Past MAX_CALL_DEPTH calls the model knows nothing, and says nothing (no crash, no guess)."""
+    assert lint_source(chain_program(3000), "example.py") == []
