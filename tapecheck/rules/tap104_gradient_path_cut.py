@@ -8,6 +8,13 @@ a NumPy call (`np.mean`, `np.array`...), `float()`, `int()`, `round()`,
 `tf.cast` to an integer or boolean dtype, `argmax`/`argmin`/`round`, or a Python
 `if` on a tensor that picks a constant.
 
+The program model follows the path into the functions the tape calls: a helper
+of the file or of another module of the project (`from losses import focal`), a
+method through `self`, the `call` of a local Keras `Layer` or `Model`, a loss
+given to `compile()` and a subclassed model trained by `fit()`. The finding is
+on the line of the cut, and says how the tape reaches it; a cut in another file
+is reported at the call here that leads to it.
+
 It stays silent when another path still carries the gradient (labels made with
 `argmax`, an action sampled with `np.random.choice`, indices for `tf.gather`),
 on purpose cuts (`tf.stop_gradient`), static shapes (`np.prod(x.shape)`),
@@ -176,6 +183,28 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # the cut is in a helper the tape calls: reported there, with the path
+    """
+import numpy as np
+import tensorflow as tf
+def log_cosh(error):
+    return np.log(np.cosh(error))  # expect: TAP104
+def robust_loss(y_true, y_pred):
+    return tf.reduce_mean(log_cosh(y_pred - y_true))
+def step(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        loss = robust_loss(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
+    # a loss given to compile(): fit records it on its own tape
+    """
+import tensorflow as tf
+def star_error(y_true, y_pred):
+    return tf.reduce_mean(tf.abs(tf.round(y_pred) - y_true))  # expect: TAP104
+model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+model.compile(optimizer="adam", loss=star_error)
+""",
     # accuracy used as the loss
     """
 import tensorflow as tf

@@ -7,6 +7,11 @@ inside the step function itself (a `@tf.function`, a Keras `train_step`, or
 a function called from a loop) when that function computes or applies gradients.
 A construction guarded by an `if` (made on the first call only) is not flagged.
 
+The program model also follows the calls: state made by a helper (of this file
+or of another module of the project) that a step function, a step loop or a loss
+given to `compile()` calls each time is reported where it is made, with the call
+that runs it. Creation guarded to run once (`if self.tracker is None:`) is fine.
+
 ## Why is this bad?
 These objects are state that must live across steps. An optimizer made anew each
 step forgets its moments and its iteration count: Adam restarts from its bias-
@@ -127,6 +132,20 @@ def train(model, ds):
 ]
 
 INVALID = [
+    # a helper called by the traced step makes the metric
+    """
+import tensorflow as tf
+def log_scalar(value):
+    tracker = tf.keras.metrics.Mean()  # expect: TAP402
+    tracker.update_state(value)
+    return tracker.result()
+@tf.function
+def train_step(model, optimizer, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    return log_scalar(loss)
+""",
     """
 import tensorflow as tf
 @tf.function
