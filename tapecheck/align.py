@@ -143,11 +143,111 @@ def loop_from_step(train_step: Callable) -> Callable[..., Iterator]:
 REQUIRED = ("build_model", "make_optimizer", "loss_fn", "data")
 
 
+_BLOCKS = ("body", "orelse", "handlers", "finalbody", "cases")
+_DYNAMIC_CALLS = {"globals", "vars", "setattr", "exec", "eval", "__import__"}
+
+
+def _top_level_names(tree) -> tuple[set[str], bool]:
+    """The names a module binds at its top level (in `if`/`try`/`with`/loop blocks too, not in
+    functions or classes), and whether it may bind others in ways the source does not show
+    (`from x import *`, a module `__getattr__`, `globals()`/`setattr`/`exec` at the top level)."""
+    import ast
+
+    names: set[str] = set()
+    dynamic = False
+
+    def targets(node):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, (ast.Tuple, ast.List)):
+            for element in node.elts:
+                targets(element)
+        elif isinstance(node, ast.Starred):
+            targets(node.value)
+
+    def statements(body):
+        nonlocal dynamic
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+                dynamic = dynamic or node.name == "__getattr__"
+                continue
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    targets(target)
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and getattr(node, "value", None) is not None:
+                targets(node.target)
+            elif isinstance(node, (ast.For, ast.AsyncFor)):
+                targets(node.target)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        targets(item.optional_vars)
+            elif isinstance(node, ast.Import):
+                names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if any(alias.name == "*" for alias in node.names):
+                    dynamic = True
+                names.update(alias.asname or alias.name for alias in node.names if alias.name != "*")
+            for child in ast.walk(node):  # top-level code only: function bodies were skipped above
+                if isinstance(child, ast.NamedExpr):
+                    targets(child.target)
+                elif isinstance(child, ast.Call) and isinstance(child.func, ast.Name) and child.func.id in _DYNAMIC_CALLS:
+                    dynamic = True
+                elif isinstance(child, ast.ExceptHandler) and child.name:
+                    names.add(child.name)
+            for block in _BLOCKS:
+                inner = getattr(node, block, None)
+                if isinstance(inner, list):
+                    statements([n for n in inner if isinstance(n, ast.stmt)])
+                    for item in inner:  # except handlers and match cases hold statements themselves
+                        if not isinstance(item, ast.stmt) and isinstance(getattr(item, "body", None), list):
+                            statements(item.body)
+
+    statements(tree.body)
+    return names, dynamic
+
+
+def check_protocol_source(path: str) -> None:
+    """Read the file's source (with `ast`, importing and running nothing) and raise AlignError
+    when it cannot follow the protocol: a syntax error, or a required name it never defines.
+    Names bound in ways the source does not show are left to the import to find."""
+    import ast
+    import warnings
+
+    try:
+        source = Path(path).read_bytes()
+    except OSError as exc:
+        raise AlignError(f"{path}: error: cannot read: {exc.strerror or exc}") from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise AlignError(f"{path}: error: syntax error at line {exc.lineno}: {exc.msg} (nothing was run)") from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise AlignError(f"{path}: error: cannot parse it: {type(exc).__name__}: {exc}") from None
+    names, dynamic = _top_level_names(tree)
+    if dynamic:
+        return
+    missing = [name for name in REQUIRED if name not in names]
+    if "train" not in names and "train_step" not in names:
+        missing.append("train or train_step")
+    if missing:
+        raise AlignError(
+            f"{path}: error: missing {', '.join(missing)} (the align protocol needs build_model, "
+            "make_optimizer, loss_fn, data, and train or train_step; see `tapecheck align --help`; "
+            "read from the source, nothing was run)"
+        )
+
+
 def load_loop(path: str) -> LoopSpec:
-    """Import the user's file and check it follows the protocol. Raises AlignError."""
+    """Check the file's source follows the protocol, then import it and check again (a name
+    may be made at import time). Raises AlignError."""
     file = Path(path)
     if not file.is_file():
         raise AlignError(f"{path}: error: no such file")
+    check_protocol_source(path)
     # The file may import its neighbours, as it would when run as a script.
     sys.path.insert(0, str(file.resolve().parent))
     try:
@@ -510,7 +610,8 @@ def plot(result: AlignResult, path: str) -> None:
 @click.option("--every", "weights_every", type=click.IntRange(min=1), default=1, show_default=True, help="Compare the weights every N steps.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write both loss curves and their difference to this image (needs matplotlib).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for everything random outside the copied initial state.")
-def cli(loop_file, epochs, batch_size, rtol, weights_every, plot_path, seed):
+@click.option("--verbose", "-v", is_flag=True, help="Show TensorFlow's start-up log lines (hidden by default).")
+def cli(loop_file, epochs, batch_size, rtol, weights_every, plot_path, seed, verbose):
     """Prove that the custom loop in LOOP_FILE does what model.fit does, step for step.
 
     \b
@@ -533,6 +634,11 @@ def cli(loop_file, epochs, batch_size, rtol, weights_every, plot_path, seed):
             raise AlignError(f"{plot_path}: error: cannot write the plot: no such directory")
         if plot_path and importlib.util.find_spec("matplotlib") is None:
             raise AlignError(f"{plot_path}: error: --plot needs matplotlib: pip install 'tapecheck[plot]'")
+        if Path(loop_file).is_file():
+            check_protocol_source(loop_file)  # before TensorFlow's import: a broken file fails in a moment
+        from tapecheck._quiet import import_tensorflow
+
+        import_tensorflow(verbose)  # the user's file imports it next: its start-up lines held back
         spec = load_loop(loop_file)
         result = align(spec=spec, epochs=epochs, batch_size=batch_size, rtol=rtol, weights_every=weights_every, seed=seed)
         if plot_path:

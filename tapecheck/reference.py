@@ -28,9 +28,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TextIO
 
 import click
-import keras
 import numpy as np
-import tensorflow as tf
+
+from tapecheck._quiet import import_tensorflow
+
+import_tensorflow()  # TensorFlow's start-up lines held back; `-v` shows them
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 DATA_CHOICES = ("auto", "california", "diabetes")
 
@@ -342,8 +346,13 @@ def _restore(checkpoint, path: str, model, optimizer) -> None:
 @click.option("--max-to-keep", type=click.IntRange(min=1), default=3, show_default=True, help="Checkpoints kept.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (final metrics, history) at the end.")
-def cli(epochs, batch_size, learning_rate, data, checkpoint_dir, max_to_keep, seed, as_json):
+@click.option("--verbose", "-v", is_flag=True, help="Show TensorFlow's start-up log lines (hidden by default).")
+def cli(epochs, batch_size, learning_rate, data, checkpoint_dir, max_to_keep, seed, as_json, verbose):
     """Train the reference custom loop (a small regressor) and print its metrics per epoch."""
+    if verbose:
+        from tapecheck._quiet import show_held
+
+        show_held()
     try:
         result = train(
             epochs=epochs,

@@ -200,8 +200,9 @@ def write(path: Path, text: str) -> str:
     "source,message",
     [
         ("def build_model(): pass\n", "missing make_optimizer, loss_fn, data, train or train_step"),
-        ("import nothing_by_this_name\n", "importing it raised ModuleNotFoundError: No module named 'nothing_by_this_name'"),
-        ("def broken(:\n", "importing it raised SyntaxError"),
+        ("import nothing_by_this_name\nbuild_model = make_optimizer = loss_fn = data = train_step = None\n",
+         "importing it raised ModuleNotFoundError: No module named 'nothing_by_this_name'"),
+        ("def broken(:\n", "syntax error at line 1: invalid syntax (nothing was run)"),
     ],
     ids=["protocol", "import", "syntax"],
 )
