@@ -89,11 +89,21 @@ def call_texts(site) -> tuple[str | None, list[str] | None]:
     None), never from frame locals: reading `f_locals` would keep the user's
     tensors and tapes alive for as long as the frame runs.
     """
+    if site is None or site.path.startswith("<"):
+        return None, None
+    known = _texts.get((site.path, site.line))
+    if known is None:
+        known = _texts[(site.path, site.line)] = _call_texts(site)
+    return known
+
+
+_texts: dict[tuple, tuple] = {}  # (path, line) -> the texts at that call: asked at every step with a None
+
+
+def _call_texts(site):
     import ast
     import linecache
 
-    if site is None or site.path.startswith("<"):
-        return None, None
     tree = _trees.get(site.path)
     if tree is None:
         try:
