@@ -66,7 +66,12 @@ CODE = "TAP104"
 NAME = "gradient-path-cut"
 SUMMARY = "inside the tape, every path from the sources to the loss goes through an op without gradient"
 PROBE = True
-TRIGGERS = (b"GradientTape", b"compile", b".fit(")
+
+
+def screen(source: bytes) -> bool:
+    """A tape here, or a loss given to `compile` (Keras records it on its own tape)."""
+    return b"GradientTape" in source or (b".compile(" in source and b"loss" in source)
+
 HINT = (
     "Keep the path from the model to the loss in TensorFlow ops that have gradients "
     "(no .numpy(), NumPy, float() or argmax); compute logging values after the tape."

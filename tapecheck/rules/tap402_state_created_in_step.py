@@ -61,7 +61,12 @@ CODE = "TAP402"
 NAME = "state-created-in-step"
 SUMMARY = "an optimizer, metric or `tf.Variable` is created anew at every training step"
 PROBE = True
-TRIGGERS = (b"apply_gradients", b"GradientTape", b"compile")
+
+
+def screen(source: bytes) -> bool:
+    """A tape here, or a loss given to `compile` (Keras records it on its own tape)."""
+    return (b"apply_gradients" in source or b"GradientTape" in source) or (b".compile(" in source and b"loss" in source)
+
 
 VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
 STEP_DECORATORS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function"})
