@@ -12,6 +12,15 @@ Safe when several runs share it: each entry is written to a temporary file and
 renamed into place (atomic on POSIX and Windows), and an entry that cannot be
 read, does not parse, or was written for another key is ignored (and
 rewritten). Nothing here imports libcst.
+
+Before any file is read, a `StatIndex` (one JSON file per set of rules, like
+ruff's cache) is consulted: for a file whose modification time, change time, size
+and inode are those recorded, it gives what was learnt from its bytes (their
+digest, the byte screen's verdict, the names the cross-file index needs, whether it
+marks a Keras 2 project), so a warm run stats files and reads none that did not
+change. An entry is trusted only if the file was read at least RACY_NS after its
+modification time, so an edit within the file system's timestamp resolution of
+the previous one is never missed.
 """
 
 from __future__ import annotations
@@ -21,13 +30,20 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 
 from tapecheck import __version__
 from tapecheck.findings import Edit, FileError, Finding, Fix
 
 CACHE_DIR_NAME = ".tapecheck_cache"
-FORMAT = "1"  # bump when the entry layout changes
+FORMAT = "2"  # bump when the entry layout changes (2: keys from the content's digest; stat index)
+RACY_NS = 2_000_000_000  # a file read sooner than this after its modification is read again next time
+
+
+def content_digest(source: bytes) -> str:
+    """The digest of a file's bytes that cache keys are made from."""
+    return hashlib.blake2b(source, digest_size=20).hexdigest()
 
 
 def cache_root(start: str | None = None) -> str:
@@ -73,15 +89,30 @@ class Cache:
 
     def __init__(self, root: str | None = None, rule_codes: Sequence[str] = (), context: str = ""):
         self.root = os.path.join(root or cache_root(), f"v{FORMAT}")
-        # `context`: anything else that changes results (e.g. a cross-file index).
-        self._salt = "\0".join((_code_fingerprint(), ",".join(sorted(rule_codes)), context)).encode()
+        self._fingerprint = _code_fingerprint()
+        self._codes = ",".join(sorted(rule_codes))
+        self._context = context
+        self.set_context("")
         self.hits = self.misses = 0
 
+    def set_context(self, run_context: str) -> None:
+        """What else changes results in this run (the cross-file index), on top of the
+        `context` the cache was made with."""
+        self._salt = "\0".join((self._fingerprint, self._codes, self._context, run_context)).encode()
+
     def key(self, path: str, source: bytes) -> str:
-        digest = hashlib.blake2b(self._salt, digest_size=20)
-        digest.update(b"\0" + path.encode("utf-8", "surrogateescape") + b"\0")
-        digest.update(source)
-        return digest.hexdigest()
+        return self.key_for(path, content_digest(source))
+
+    def key_for(self, path: str, digest: str) -> str:
+        """The key of a file's results from the digest of its bytes (`content_digest`)."""
+        hashed = hashlib.blake2b(self._salt, digest_size=20)
+        hashed.update(b"\0" + path.encode("utf-8", "surrogateescape") + b"\0" + digest.encode())
+        return hashed.hexdigest()
+
+    def stat_index(self) -> "StatIndex":
+        """The stat index of these rules and this tapecheck (the screen's verdicts depend on both)."""
+        name = hashlib.blake2b(f"{self._fingerprint}\0{self._codes}".encode(), digest_size=12).hexdigest()
+        return StatIndex(os.path.join(self.root, f"stat-{name}.json"), self)
 
     def _file(self, key: str) -> str:
         return os.path.join(self.root, key[:2], key[2:])
@@ -145,6 +176,83 @@ class Cache:
                         out.write(text)
                 except OSError:
                     pass
+
+
+def _signature(status: os.stat_result) -> list[int]:
+    return [status.st_mtime_ns, status.st_ctime_ns, status.st_size, status.st_ino]
+
+
+class StatIndex:
+    """What was learnt from each file's bytes, by absolute path and stat signature.
+
+    A record is a dict: `digest` (content_digest of the bytes), `screen` (None when
+    some rule's screen admitted the file, else the messages of the reasons it is not
+    Python, [] when it is fine), `keras2` (it marks a Keras 2 project), `names`
+    (mode-dependent model names for the cross-file index). Never raises on a bad file.
+    """
+
+    def __init__(self, file: str, cache: Cache | None = None):
+        self.file = file
+        self._cache = cache
+        self._entries: dict[str, list] = {}
+        self._dirty = False
+        self.hits = self.misses = 0
+        try:
+            with open(file, "rb") as handle:
+                document = json.loads(handle.read())
+            if document.get("format") == FORMAT and isinstance(document.get("entries"), dict):
+                self._entries = document["entries"]
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def lookup(self, path: str, status: os.stat_result | None) -> dict | None:
+        """The record of a file whose stat signature is unchanged since it was read, else None."""
+        if status is None:
+            return None
+        entry = self._entries.get(os.path.abspath(path))
+        try:
+            signature, seen_ns, record = entry[:4], entry[4], entry[5]
+            if (signature == _signature(status) and seen_ns - status.st_mtime_ns >= RACY_NS
+                    and seen_ns - status.st_ctime_ns >= RACY_NS and isinstance(record, dict)
+                    and isinstance(record.get("digest"), str)):
+                self.hits += 1
+                return record
+        except (TypeError, IndexError, KeyError):
+            pass
+        self.misses += 1
+        return None
+
+    def store(self, path: str, status: os.stat_result | None, record: dict) -> None:
+        """Record what was learnt from bytes read after `status` was taken."""
+        if status is None:
+            return
+        self._entries[os.path.abspath(path)] = _signature(status) + [time.time_ns(), record]
+        self._dirty = True
+
+    def save(self) -> None:
+        """Write the index atomically if it changed; a read-only or full disk runs uncached."""
+        if not self._dirty:
+            return
+        try:
+            folder = os.path.dirname(self.file)
+            os.makedirs(folder, exist_ok=True)
+            if self._cache is not None:
+                self._cache._tag(os.path.dirname(self._cache.root))
+            data = json.dumps({"format": FORMAT, "entries": self._entries}, separators=(",", ":")).encode()
+            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+            try:
+                with os.fdopen(handle, "wb") as out:
+                    out.write(data)
+                os.replace(temporary, self.file)
+            except BaseException:
+                try:
+                    os.unlink(temporary)
+                except OSError:
+                    pass
+                raise
+            self._dirty = False
+        except (OSError, TypeError, ValueError):
+            pass
 
 
 def _finding_fields(finding: Finding) -> dict:

@@ -157,12 +157,12 @@ class _Printer:
 def _run(paths, options) -> int:
     from tapecheck.findings import FileError
     from tapecheck.lint.config import Overrides, Settings
-    from tapecheck.lint.engine import LintError, Report, lint_paths
+    from tapecheck.lint.engine import LintError, Report
     from tapecheck.lint.files import discover
     from tapecheck.lint.output import Outcome, render, sort_key, use_color
     from tapecheck.lint.output import statistics as statistics_table
     from tapecheck.lint.config import for_keras, keras_version
-    from tapecheck.lint.parallel import collecting_keras2_markers, lint_stdin
+    from tapecheck.lint.parallel import collecting_keras2_markers, lint_files, lint_stdin
     from tapecheck.lint.suppressions import split
 
     fix, diff = options.fix, options.diff
@@ -180,8 +180,12 @@ def _run(paths, options) -> int:
         report.errors.extend(missing)
         if files:
             # Deselected rules never run: their screens do not make files parse, their index is not built.
-            report.extend(lint_paths(files, settings.rules_for(files), jobs=options.jobs or None,
-                                     cache=not options.no_cache))
+            # The cross-file index is built from the same pass that reads (or remembers) each file.
+            found = lint_files(files, settings.rules_for(files), jobs=options.jobs or None,
+                               cache=not options.no_cache, build_index=True)
+            found.findings.sort()
+            found.errors.sort()
+            report.extend(found)
     printer = _Printer(options.output_file, report_to_stderr=fix and stdin_name is not None)
     versions: dict[int, str] = {}
 

@@ -166,48 +166,129 @@ def _project_context() -> str:
     return repr(sorted((name, sorted(modules)) for name, modules in getattr(index, "by_name", {}).items()))
 
 
-def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = None, cache=None) -> Report:
+def _learn(path: str, source: bytes, rules: Sequence[Rule], with_digest: bool) -> dict:
+    """What a run needs to know from a file's bytes (and the stat index keeps, see cache.py)."""
+    from tapecheck.lint.project import SCREEN, mode_definitions
+
+    names: list[str] = []
+    if path.endswith(".py") and any(word in source for word in SCREEN):  # as ProjectIndex.build reads it
+        names = sorted(mode_definitions(source.decode("utf-8", "replace")))
+    if _needs_parse(path, source, rules):
+        screen = None
+    else:
+        screen = [error.message for error in screened_out(path, source).errors]
+    return {
+        "digest": content_digest_of(source) if with_digest else "",
+        "screen": screen,
+        "keras2": KERAS2_MARKER.search(source) is not None,
+        "names": names,
+    }
+
+
+def content_digest_of(source: bytes) -> str:
+    from tapecheck.lint.cache import content_digest
+
+    return content_digest(source)
+
+
+def _stat(path: str):
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    import stat as stat_module
+
+    return status if stat_module.S_ISREG(status.st_mode) else None
+
+
+def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = None, cache=None,
+               build_index: bool = False) -> Report:
     """`lint_file` for every path, merged in order. `jobs`: None picks, 1 is one process.
 
     `cache`: a `tapecheck.lint.cache.Cache`, True for the default one, None/False for none.
+    With a cache, each file is stat'ed first and read only if it changed since the last run
+    (the cache's stat index). `build_index`: build the cross-file index (TAP403) from what
+    this pass reads or remembers, when no index is in use yet (the CLI's run; `lint_paths`
+    builds its own first).
     """
+    from contextlib import nullcontext
+
+    from tapecheck.lint import project
+
     if cache is True:
         from tapecheck.lint.cache import Cache
 
-        cache = Cache(rule_codes=[rule.code for rule in rules], context=_project_context())
+        cache = Cache(rule_codes=[rule.code for rule in rules])
+    stats = cache.stat_index() if cache else None
+    index = None
+    if build_index and project.current() is None and any(getattr(r.module, "PROJECT", False) for r in rules):
+        index = project.ProjectIndex()
     results: list[Report | None] = [None] * len(paths)
-    pending: list[tuple[int, str, bytes, str | None]] = []  # index, path, source, cache key
-    pending_bytes = 0
-    for index, path in enumerate(paths):
-        try:
-            source = read_source(path)
-        except LintError as exc:
-            results[index] = Report(errors=[FileError(path, str(exc))], files_checked=1)
-            continue
-        _note_markers(path, source)
-        if not _needs_parse(path, source, rules):
-            results[index] = screened_out(path, source)  # no rule can fire: only Python's parser runs
-            continue
-        key = None
-        if cache:
-            key = cache.key(path, source + _dependency_stamps(path, source))
-            hit = cache.get(key, path)
-            if hit is not None:
-                results[index] = Report(findings=hit[0], errors=hit[1], files_checked=1)
+    admitted: list[tuple[int, str, bytes | None, str]] = []  # index, path, source (None: unread), digest
+    for position, path in enumerate(paths):
+        status = _stat(path) if stats is not None else None  # taken before reading: a later edit changes it
+        record = stats.lookup(path, status) if stats is not None else None
+        source = None
+        if record is None:
+            try:
+                source = read_source(path)
+            except LintError as exc:
+                results[position] = Report(errors=[FileError(path, str(exc))], files_checked=1)
                 continue
-        pending.append((index, path, source, key))
-        pending_bytes += len(source)
+            record = _learn(path, source, rules, with_digest=bool(cache))
+            if stats is not None:
+                stats.store(path, status, record)
+        if record["keras2"]:
+            found = _keras2_files.get()
+            if found is not None:
+                found.add(path)
+        if index is not None and record["names"]:
+            module = project.module_name(path)
+            for name in record["names"]:
+                index.by_name.setdefault(name, []).append(module)
+        if record["screen"] is not None:  # no rule can fire: finished here (never parsed, nothing to cache)
+            results[position] = Report(errors=[FileError(path, m) for m in record["screen"]], files_checked=1)
+            continue
+        admitted.append((position, path, source, record["digest"]))
 
-    workers = _choose_jobs(jobs, len(pending), pending_bytes, rules)
-    with _fewer_collections():
-        if workers <= 1:
-            done = [_lint_one(path, source, rules) for _, path, source, _ in pending]
-        else:
-            done = _in_processes(pending, rules, workers)
-    for (index, path, _, key), report in zip(pending, done):
-        results[index] = report
-        if cache and key is not None:
-            cache.put(key, path, report.findings, report.errors)
+    with project.using(index) if index is not None else nullcontext():
+        if cache:
+            cache.set_context(_project_context())
+        pending: list[tuple[int, str, bytes, str | None]] = []  # index, path, source, cache key
+        pending_bytes = 0
+        for position, path, source, digest in admitted:
+            key = None
+            if cache:
+                key = cache.key_for(path, digest)
+                hit = cache.get(key, path)
+                if hit is not None:
+                    results[position] = Report(findings=hit[0], errors=hit[1], files_checked=1)
+                    continue
+                if source is None:  # remembered, but its results are not cached (another cross-file index)
+                    try:
+                        source = read_source(path)
+                    except LintError as exc:
+                        results[position] = Report(errors=[FileError(path, str(exc))], files_checked=1)
+                        continue
+                    if content_digest_of(source) != digest:  # changed under an unchanged stat: start over
+                        results[position] = _lint_one(path, source, rules) if _needs_parse(path, source, rules) \
+                            else screened_out(path, source)
+                        continue
+            pending.append((position, path, source, key))
+            pending_bytes += len(source)
+
+        workers = _choose_jobs(jobs, len(pending), pending_bytes, rules)
+        with _fewer_collections():
+            if workers <= 1:
+                done = [_lint_one(path, source, rules) for _, path, source, _ in pending]
+            else:
+                done = _in_processes(pending, rules, workers)
+        for (position, path, _, key), report in zip(pending, done):
+            results[position] = report
+            if cache and key is not None:
+                cache.put(key, path, report.findings, report.errors)
+    if stats is not None:
+        stats.save()
 
     merged = Report()
     for report in results:
