@@ -110,10 +110,10 @@ def _display(text: str) -> str:
 
 def _width(text: str) -> int:
     """Columns the text takes on a terminal: wide (CJK) characters take two."""
-    import unicodedata
-
     if text.isascii():
         return len(text)
+    import unicodedata
+
     return sum(2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in text)
 
 
