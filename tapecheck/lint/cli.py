@@ -76,44 +76,28 @@ FORMAT_CHOICES = ["full", "concise", "json", "sarif", "github", "text"]
 @click.option("--no-cache", is_flag=True, help="Neither read nor write .tapecheck_cache (results of unchanged files).")
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=0, metavar="N",
               help="Processes to lint with; 0 (default) picks by the amount of work, 1 stays in one process.")
-def lint(paths, stdin_filename, config_file, select, extend_select, ignore, output_format, output_file, quiet,
-         statistics, exit_zero, fix, diff, unsafe_fixes, show_fixes, add_noqa, report_unused_suppressions,
-         force_exclude, no_cache, jobs):
+def lint(paths, exit_zero, **options):
     """Lint PATHS (files or folders, default `.`; `-` reads standard input) for GradientTape pitfalls.
 
     Exit status: 0 clean, 1 findings or unreadable files, 2 usage or configuration error.
     """
+    from types import SimpleNamespace
+
     from tapecheck.lint.config import ConfigError
 
     _skip_the_last_collections()
     paths = paths or (".",)
-    if add_noqa and (fix or diff):
+    options = SimpleNamespace(**options)
+    if options.add_noqa and (options.fix or options.diff):
         raise click.UsageError("--add-noqa cannot be combined with --fix or --diff")
-    if add_noqa and "-" in paths:
+    if options.add_noqa and "-" in paths:
         raise click.UsageError("--add-noqa rewrites files; it does not apply to standard input")
-    options = _Options(stdin_filename, config_file, select, extend_select, ignore, output_format, output_file, quiet,
-                       statistics, fix, diff, unsafe_fixes, show_fixes, add_noqa, report_unused_suppressions,
-                       force_exclude, no_cache, jobs)
     try:
         status = _run(paths, options)
     except ConfigError as exc:
         click.echo(f"tapecheck: error: {exc}", err=True)
         sys.exit(2)
     sys.exit(0 if exit_zero else status)
-
-
-class _Options:
-    FIELDS = ("stdin_filename", "config_file", "select", "extend_select", "ignore", "output_format", "output_file",
-              "quiet", "statistics", "fix", "diff", "unsafe_fixes", "show_fixes", "add_noqa",
-              "report_unused_suppressions", "force_exclude", "no_cache", "jobs")
-
-    def __init__(self, *values, **named):
-        defaults = dict.fromkeys(self.FIELDS, False)
-        defaults.update(stdin_filename=None, config_file=None, select=None, extend_select=None, ignore=None,
-                        output_format="full", output_file=None, jobs=0)
-        defaults.update(zip(self.FIELDS, values))
-        defaults.update(named)
-        self.__dict__.update(defaults)
 
 
 class _Printer:
