@@ -58,6 +58,21 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _dependency_stat(deps) -> str:
+    """The project files a file imports, by path, size and modification time: its results depend
+    on what the program model read in them. Unknown (an entry from before): never a hit."""
+    if deps is None:
+        return "\0deps?" + os.urandom(8).hex()
+    parts = []
+    for dependency in deps:
+        try:
+            st = os.stat(dependency)
+            parts.append(f"{dependency}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{dependency}:?")
+    return "\0" + "\0".join(parts)
+
+
 def _dependency_stamps(path: str, source: bytes) -> bytes:
     """The contents of the project files `path` imports: a file's findings depend on what the
     program model read in them (a loss or a model defined in another module)."""
@@ -224,6 +239,7 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
     if build_index and project.current() is None and any(getattr(r.module, "PROJECT", False) for r in rules):
         index = project.ProjectIndex()
     results: list[Report | None] = [None] * len(paths)
+    record_deps: dict[str, list | None] = {}
     admitted: list[tuple[int, str, bytes | None, str]] = []  # index, path, source (None: unread), digest
     for position, path in enumerate(paths):
         status = _stat(path) if stats is not None else None  # taken before reading: a later edit changes it
@@ -236,6 +252,10 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
                 results[position] = Report(errors=[FileError(path, str(exc))], files_checked=1)
                 continue
             record = _learn(path, source, rules, with_digest=bool(cache))
+            if cache:
+                from tapecheck.lint.model import dependencies
+
+                record["deps"] = dependencies(path, source)  # project files the model may read for it
             if stats is not None:
                 stats.store(path, status, record)
         if record["keras2"]:
@@ -249,6 +269,7 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
         if record["screen"] is not None:  # no rule can fire: finished here (never parsed, nothing to cache)
             results[position] = Report(errors=[FileError(path, m) for m in record["screen"]], files_checked=1)
             continue
+        record_deps[path] = record.get("deps")
         admitted.append((position, path, source, record["digest"]))
 
     with project.using(index) if index is not None else nullcontext():
@@ -259,7 +280,7 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
         for position, path, source, digest in admitted:
             key = None
             if cache:
-                key = cache.key_for(path, digest)
+                key = cache.key_for(path, digest + _dependency_stat(record_deps.get(path)))
                 hit = cache.get(key, path)
                 if hit is not None:
                     results[position] = Report(findings=hit[0], errors=hit[1], files_checked=1)
