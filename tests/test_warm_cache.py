@@ -146,3 +146,18 @@ def test_a_corrupt_stat_index_is_ignored_and_rewritten(tree):
     assert again == first and {"models.py", "plain3.py"} <= opened
     _, opened = lint(tree)
     assert opened == {"train.py"}
+
+
+def test_an_entry_without_the_imports_it_needs_is_refreshed_once(tree):
+    import json
+
+    lint(tree)
+    (index,) = (tree / ".tapecheck_cache").rglob("stat-*.json")
+    document = json.loads(index.read_text())
+    for entry in document["entries"].values():
+        entry[-1].pop("deps", None)  # as written before the imports were recorded
+    index.write_text(json.dumps(document))
+    _, opened = lint(tree)
+    assert {"train.py", "models.py", "plain2.py"} <= opened
+    _, opened = lint(tree)
+    assert opened == {"train.py"}  # refreshed, not missed forever

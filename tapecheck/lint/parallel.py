@@ -67,7 +67,7 @@ def _dependency_stat(deps) -> str:
     for dependency in deps:
         try:
             st = os.stat(dependency)
-            parts.append(f"{dependency}:{st.st_size}:{st.st_mtime_ns}")
+            parts.append(f"{dependency}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
         except OSError:
             parts.append(f"{dependency}:?")
     return "\0" + "\0".join(parts)
@@ -244,6 +244,8 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
     for position, path in enumerate(paths):
         status = _stat(path) if stats is not None else None  # taken before reading: a later edit changes it
         record = stats.lookup(path, status) if stats is not None else None
+        if record is not None and "deps" not in record:
+            record = None  # remembered before imports were recorded: read it again, once
         source = None
         if record is None:
             try:
@@ -255,7 +257,8 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
             if cache:
                 from tapecheck.lint.model import dependencies
 
-                record["deps"] = dependencies(path, source)  # project files the model may read for it
+                # project files the model may read for it (a screened-out file has no cached results)
+                record["deps"] = dependencies(path, source) if record["screen"] is None else []
             if stats is not None:
                 stats.store(path, status, record)
         if record["keras2"]:
