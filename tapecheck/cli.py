@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "probe": ("tapecheck.probe.cli:probe", "Run a training script and report what its tapes and metrics did."),
     "reference": ("tapecheck.reference:cli", "Train with the reference custom loop."),
     "align": ("tapecheck.align:cli", "Prove a custom loop does what fit does, step by step."),
+    "server": ("tapecheck.server:cli", "Run the language server (LSP over stdio) for editors."),
 }
 # Commands that are tapecheck's own TensorFlow programs: keep TF's start-up banner quiet.
 QUIET_TENSORFLOW = {"reference", "align"}
