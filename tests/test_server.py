@@ -276,6 +276,32 @@ async def test_notebook_findings_land_on_their_cells(client, workspace):
     assert (await published(client, documents[3].uri, after=count)).diagnostics == ()
     assert (await published(client, documents[2].uri, after=count)).diagnostics == ()
 
+    # a new cell with a finding, then the cell deleted: its diagnostics go with it
+    count = len(client.published)
+    new_cells, new_documents = _cells(notebook + "-added", [("code", "opt2 = tf.keras.optimizers.SGD(lr=0.1)")])
+    client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+        notebook_document=types.VersionedNotebookDocumentIdentifier(uri=notebook, version=3),
+        change=types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(
+            structure=types.NotebookDocumentCellChangeStructure(
+                array=types.NotebookCellArrayChange(start=4, delete_count=0, cells=new_cells),
+                did_open=new_documents)))))
+    assert codes(await published(client, new_documents[0].uri, after=count)) == [("TAP302", 1)]
+    count = len(client.published)
+    client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+        notebook_document=types.VersionedNotebookDocumentIdentifier(uri=notebook, version=4),
+        change=types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(
+            structure=types.NotebookDocumentCellChangeStructure(
+                array=types.NotebookCellArrayChange(start=4, delete_count=1),
+                did_close=[types.TextDocumentIdentifier(uri=new_documents[0].uri)])))))
+    assert (await published(client, new_documents[0].uri, after=count)).diagnostics == ()
+
+    count = len(client.published)
+    client.notebook_document_did_close(types.DidCloseNotebookDocumentParams(
+        notebook_document=types.NotebookDocumentIdentifier(uri=notebook),
+        cell_text_documents=[types.TextDocumentIdentifier(uri=d.uri) for d in documents]))
+    await until(lambda: {p.uri for p in client.published[count:]} == {documents[i].uri for i in (0, 2, 3)})
+    assert all(p.diagnostics == () for p in client.published[count:])
+
 
 # -- code actions ----------------------------------------------------------------------------
 async def _actions(client, uri: str, line: int, diagnostics=()):
