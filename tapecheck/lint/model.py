@@ -359,6 +359,69 @@ class ProgramModel:
             scope = self._enclosing(scope)
         return self._imported(name, depth)
 
+    def assigns_reaching(self, name: str, site: Site) -> list:
+        """The bindings of `name` that may hold at `site`: reaching ones in its scope, else every
+        binding in the nearest enclosing scope that has one (a closure or a global is read later)."""
+        facts = self.facts
+        reaching = facts.reaching_assigns(name, site)
+        if reaching:
+            return reaching
+        scope = facts.scope_of(site)
+        if any(a.target == name for a in self._assigns_by_scope.get(scope, ())):
+            return []
+        scope = self._enclosing(scope)
+        while scope is not None:
+            found = [a for a in self._assigns_by_scope.get(scope, ()) if a.target == name]
+            if found:
+                return found
+            scope = self._enclosing(scope)
+        return []
+
+    def value_assigns(self, name: str, site: Site, depth: int = 0) -> list:
+        """The bindings whose value `name` may hold at `site`, through aliases (`t = self.temperature`)
+        and `self.` attributes set in any method of the class. Empty: unknown."""
+        if depth > MAX_ALIAS_DEPTH:
+            return []
+        head, _, attribute = name.partition(".")
+        if attribute and "." not in attribute:
+            klass = self._self_class(head, site)
+            if klass is None:
+                return []
+            found = []
+            for cls in self.bases(klass):
+                for fn in self.functions.values():
+                    if fn.owner is cls and fn.bound:
+                        target = f"{fn.self_name}.{attribute}"
+                        found += [a for a in self._assigns_by_scope.get(fn.block.id, ()) if a.target == target]
+            assigns = found
+        elif attribute:
+            return []
+        else:
+            assigns = self.assigns_reaching(name, site)
+        out = []
+        for assign in assigns:
+            value = assign.value
+            if assign.kind == "assign" and value is not None and value.kind in ("name", "attribute") and value.text:
+                inner = self.value_assigns(value.text, assign.site, depth + 1)
+                if not inner:
+                    return []
+                out += inner
+            else:
+                out.append(assign)
+        return out
+
+    def loop_rebinding(self, name: str, site: Site):
+        """An assignment to `name` later in a loop holding `site`, in its scope: on the next pass
+        `name` holds that value (`w = w - lr * g` inside the training loop)."""
+        facts = self.facts
+        scope = facts.scope_of(site)
+        loops = facts.loops_between(None, site)
+        for assign in self._assigns_by_scope.get(scope, ()):
+            if assign.target == name and assign.site.order > site.order and assign.kind in ("assign", "augassign"):
+                if any(facts.inside(assign.site, loop) for loop in loops):
+                    return assign
+        return None
+
     def module_binding(self, name: str, depth: int = 0):
         """What the module-level name `name` of this file is (for a file that imports it)."""
         if depth > MAX_ALIAS_DEPTH:

@@ -5,7 +5,10 @@ Flags `tape.gradient(target, x)` where `x` is a plain tensor (made by
 `tf.constant`, `tf.convert_to_tensor`, another TensorFlow op, a NumPy call, or
 a tensor slice such as `inputs[:, 0]`) that the tape never `watch`ed. It also
 flags variables asked from a tape made with `watch_accessed_variables=False`
-that never watches them.
+that never watches them, variables made with `trainable=False` (followed through
+aliases and `self.` attributes), and a variable that the training loop rebinds to
+a tensor with a manual update (`w = w - lr * g`): from the second pass on it is a
+plain tensor.
 
 ## Why is this bad?
 A tape follows `tf.Variable`s it sees used, and nothing else unless told to:
@@ -37,6 +40,7 @@ dy_dx = tape.gradient(y, x)  # [2.0, 4.0, 6.0]
 ```
 '''
 
+from tapecheck.lint.model import model_of
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP103"
@@ -69,6 +73,17 @@ with tf.GradientTape() as tape:
     y = w * w
 g = tape.gradient(y, w)
 """,
+    # updated in place, and a counter rebound outside the gradient's sources
+    """
+import tensorflow as tf
+w = tf.Variable(0.0)
+step = tf.Variable(0, trainable=False)
+for _ in range(3):
+    with tf.GradientTape() as tape:
+        loss = (3.0 * w - 1.0) ** 2
+    w.assign_sub(0.1 * tape.gradient(loss, w))
+    step = step + 1
+""",
     # watched through a list
     """
 import tensorflow as tf
@@ -92,6 +107,28 @@ def f(helper):
 ]
 
 INVALID = [
+    # a manual update rebinds the variable to a tensor: None from the second pass on
+    """
+import tensorflow as tf
+w = tf.Variable(0.0)
+for _ in range(3):
+    with tf.GradientTape() as tape:
+        loss = (3.0 * w - 1.0) ** 2
+    g = tape.gradient(loss, w)  # expect: TAP103
+    w = w - 0.1 * g
+""",
+    # a non-trainable variable, asked for through an attribute alias
+    """
+import tensorflow as tf
+class Scaler:
+    def __init__(self):
+        self.scale = tf.Variable(1.0, trainable=False)
+    def grad(self, x):
+        scale = self.scale
+        with tf.GradientTape() as tape:
+            y = scale * x
+        return tape.gradient(y, scale)  # expect: TAP103
+""",
     """
 import tensorflow as tf
 def input_gradient(model, batch):
@@ -138,7 +175,27 @@ def _kind_of(value) -> str:
 
 
 
+def _not_trainable(value) -> bool:
+    flag = value.keywords.get("trainable") if value is not None else None
+    return flag is not None and flag.value is False and flag.kind in ("constant", "name")
+
+
+def _computes_tensor(value) -> bool:
+    """`w - lr * g`, `tf.subtract(w, ...)`: a new tensor, not the variable (`w.assign_sub` is a call too,
+    but returns the variable only in eager code: not counted)."""
+    if value is None:
+        return False
+    if value.kind == "binop":
+        return True
+    return value.kind == "call" and value.callee.startswith("tensorflow.") and value.callee not in VARIABLE_CLASSES
+
+
+def _watched_in_loop(facts, tape) -> bool:
+    return bool(facts.tape_calls(tape, {"watch"}))
+
+
 def check(facts):
+    model = model_of(facts)
     for call, tape in facts.gradient_calls():
         if not tape.name or facts.tape_escapes(tape):
             continue
@@ -162,12 +219,30 @@ def check(facts):
                 continue
             if source.kind != "name" or source.text in watched:
                 continue
-            reaching = facts.reaching_assigns(source.text, call.site)
+            reaching = model.value_assigns(source.text, call.site)
             kinds = {_kind_of(a.value) for a in reaching}
+            rebound = model.loop_rebinding(source.text, call.site) if kinds == {"variable"} else None
             if kinds == {"tensor"}:
                 what = "a plain tensor"
             elif kinds == {"variable"} and tape.watch_accessed_variables is False:
                 what = "a variable, and the tape was made with watch_accessed_variables=False"
+            elif kinds == {"variable"} and all(_not_trainable(a.value) for a in reaching):
+                line = reaching[-1].site.line
+                yield report(
+                    facts, call.site, CODE,
+                    f"`{source.text}` is a variable made with trainable=False (line {line}): "
+                    f"`{tape.name}` does not watch it, so its gradient is None",
+                    f"Make it trainable, or call `{tape.name}.watch({source.text})` inside the `with` block.",
+                )
+                continue
+            elif rebound is not None and _computes_tensor(rebound.value) and not _watched_in_loop(facts, tape):
+                yield report(
+                    facts, call.site, CODE,
+                    f"`{source.text}` is rebound to a tensor at line {rebound.site.line} (a manual update), "
+                    f"so from the second pass on it is a plain tensor `{tape.name}` never watches: its gradient is None",
+                    f"Update the variable in place: `{source.text}.assign_sub(...)`, or use an optimizer.",
+                )
+                continue
             else:
                 continue
             yield report(
