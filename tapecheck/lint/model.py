@@ -31,7 +31,9 @@ import re
 from dataclasses import dataclass, field
 
 from tapecheck.lint.facts import Block, Call, FileFacts, Site
-from tapecheck.lint.queries import METADATA_CALLS, call_span, callee_of, is_metadata, method_of, prefixes, spans_of
+from tapecheck.lint.queries import (
+    METADATA_CALLS, call_span, callee_of, is_metadata, method_of, prefixes, spans_of, variable_owner,
+)
 
 # -- what cuts a gradient path --------------------------------------------------------
 NO_GRADIENT_OPS = frozenset(
@@ -597,6 +599,60 @@ class ProgramModel:
             if isinstance(made, Klass) and self.is_keras(made, "metrics"):
                 return "metric"
         return ""
+
+    # -- tapes -----------------------------------------------------------------------------
+    def gradient_roots(self, call: Call, tape) -> tuple[set[str], set[str]]:
+        """(roots, owners) of `tape.gradient(target, sources)`: the names the sources are read
+        through (`model` for `model.trainable_variables`, `w` for `[w, b]`), and among them
+        those that own variables (models, layers)."""
+        facts = self.facts
+        target = call.arg(0, "target")
+        roots: set[str] = set()
+        owners: set[str] = set()
+        for use in self.spans.uses_in(call_span(call)):
+            if use.name == f"{tape.name}.{call.method}" or (target is not None and use.name == target.text):
+                continue
+            owner = variable_owner(use.name)
+            roots.add(owner or use.name)
+            if owner:
+                owners.add(owner)
+            for assign in facts.reaching_assigns(use.name, call.site):
+                for inner in self.spans.uses_in(assign.span):  # variables = gen.trainable_variables + ...
+                    if variable_owner(inner.name):
+                        roots.add(variable_owner(inner.name))
+                        owners.add(variable_owner(inner.name))
+        return roots, owners
+
+    def tape_flow(self, tape, call: Call, origin_of) -> dict[str, Flow]:
+        """The Flow of each name the tape's assignments bind, up to the `gradient` call."""
+        facts = self.facts
+        tracer = Tracer(self, origin_of, boundary=tuple(tape.with_blocks))
+        scope = facts.blocks[tape.with_blocks[0]].scope
+        assigns = [
+            a for a in self._assigns_by_scope.get(scope, ())
+            if a.kind in ("assign", "augassign") and a.span != (0, 0) and a.site.order < call.site.order
+            and facts.records(tape, a.site)
+        ]
+        for assign in sorted(assigns, key=lambda a: a.site.order):
+            tracer.assign(assign, merge=assign.site.block not in tape.with_blocks)
+        return tracer.state
+
+    def flow_before(self, tape, origin_of) -> dict[str, Flow]:
+        """The Flow of each name bound in the tape's scope before the tape is made."""
+        facts = self.facts
+        tracer = Tracer(self, origin_of)
+        scope = facts.scope_of(tape.site)
+        assigns = [
+            a for a in self._assigns_by_scope.get(scope, ())
+            if a.kind in ("assign", "augassign") and a.span != (0, 0) and a.site.order < tape.site.order
+        ]
+        for assign in sorted(assigns, key=lambda a: a.site.order):
+            tracer.assign(assign, merge=assign.site.block != scope)
+        return tracer.state
+
+    def callers(self, fn: Function):
+        """The calls of this file that run `fn`."""
+        return [c for c in self.spans.calls if self.resolve(c) is fn]
 
     # -- what Keras runs for you ---------------------------------------------------------
     def compiled_losses(self):

@@ -8,6 +8,13 @@ after the block (`loss += l2`), and a target expression written into the
 `gradient` call itself (`tape.gradient(a + b, ...)`) when that call is outside
 the block.
 
+It also flags a loss computed inside the block from a forward pass that ran
+before it: the prediction made before `with tf.GradientTape()` in the same
+function (reported where it is made), or passed in by a caller of the step
+function that ran the model itself (reported at that call). Values computed
+before the tape on purpose (a DQN's targets from another network) are fine: some
+path from the model must stay inside the tape.
+
 ## Why is this bad?
 A tape only knows the operations it watched. The last operation that produced
 the target happened outside the tape, so the tape cannot connect the target to
@@ -42,6 +49,7 @@ grads = tape.gradient(z, [w, b])  # [2.0, 1.0]
 ```
 '''
 
+from tapecheck.lint.model import model_of
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP101"
@@ -101,6 +109,27 @@ def grads_of(tape, loss, variables):
 ]
 
 INVALID = [
+    # the forward pass before the tape, the loss inside it
+    """
+import tensorflow as tf
+def train_step(model, opt, loss_fn, x, y):
+    pred = model(x, training=True)  # expect: TAP101
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, pred)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
+    # the caller runs the model and passes the prediction in
+    """
+import tensorflow as tf
+model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+def step(pred, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(pred - y))
+    return tape.gradient(loss, model.trainable_variables)
+for x, y in batches:
+    step(model(x), y)  # expect: TAP101
+""",
     # a loss changed after the tape on one branch only: None gradients whenever it runs
     """
 import tensorflow as tf
@@ -150,6 +179,106 @@ def _computes(value) -> bool:
 
 
 def check(facts):
+    yield from _target_outside(facts)
+    yield from _forward_pass_outside(facts)
+
+
+SOURCES = "sources"
+
+
+def _forward_pass_outside(facts):
+    """The loss is inside the tape, but the forward pass it uses ran before the tape (here,
+    or in the caller that passed the prediction in): the tape has no path to the model."""
+    model = model_of(facts)
+    for call, tape in facts.gradient_calls():
+        target = call.arg(0, "target")
+        if not tape.with_blocks or not tape.name or target is None or target.kind != "name":
+            continue
+        if not facts.records(tape, call.site) and not any(
+            facts.records(tape, a.site) for a in facts.reaching_assigns(target.text, call.site)
+        ):
+            continue  # the target itself is outside: `_target_outside` says so
+        roots, owners = model.gradient_roots(call, tape)
+        if not owners:
+            continue  # sources named one by one: TAP102 judges where they are used
+
+        def from_sources(name):
+            return any(name == root or name.startswith(root + ".") for root in owners)
+
+        before = model.flow_before(tape, lambda name: {SOURCES} if from_sources(name) else set())
+        scope = facts.scope_of(tape.site)
+        fn = model.functions.get(scope)
+        params = set(fn.params) if fn is not None else set()
+        inside = {a.target for a in facts.assigns if facts.records(tape, a.site)}
+
+        def origin_of(name, inside=inside, before=before, params=params):
+            if from_sources(name):
+                return {SOURCES}
+            head = name.partition(".")[0]
+            if head in inside:
+                return set()
+            flow = before.get(head)
+            if flow is not None and SOURCES in flow.live:
+                return {f"before:{head}"}
+            if flow is None and head in params:
+                return {f"param:{head}"}
+            return set()
+
+        flow = model.tape_flow(tape, call, origin_of).get(target.text)
+        if flow is None or SOURCES in flow.live or SOURCES in flow.cuts:
+            continue
+        label = tape.name
+        block_line = facts.blocks[tape.with_blocks[0]].line
+        for origin in sorted(flow.live):
+            kind, _, name = origin.partition(":")
+            if kind == "before":
+                made = [a for a in facts.reaching_assigns(name, tape.site)]
+                if not made:
+                    continue
+                yield report(
+                    facts, made[-1].site, CODE,
+                    f"`{name}` is computed from the model here, before the `with` block of `{label}` "
+                    f"(line {block_line}), and `{target.text}` depends on the model only through it: the tape "
+                    f"never recorded the forward pass, so `{label}.gradient` (line {call.site.line}) "
+                    "returns None for every variable",
+                    f"Run the forward pass inside the `with` block of `{label}`.",
+                )
+                break
+            if kind == "param" and fn is not None:
+                caller = _caller_passing_the_model(model, fn, name, owners, scope)
+                if caller is None:
+                    continue
+                yield report(
+                    facts, caller.site, CODE,
+                    f"this call passes `{name}` to `{fn.qualname}` already computed from the model, outside the "
+                    f"`with` block of `{label}` (line {block_line}) that uses it: the tape never recorded the "
+                    f"forward pass, so `{label}.gradient` (line {call.site.line}) returns None for every variable",
+                    f"Pass the inputs and run the model inside the `with` block of `{label}`.",
+                )
+                break
+
+
+def _caller_passing_the_model(model, fn, param, owners, scope):
+    """A call of `fn` whose argument for `param` runs a model that `fn` asks gradients of (the same
+    global name in both places), outside any tape there."""
+    facts = model.facts
+    local = {a.target for a in facts.assigns if facts.scope_of(a.site) == scope}
+    shared = {o for o in owners if o.partition(".")[0] not in local}
+    if not shared:
+        return None
+    for caller in model.callers(fn):
+        for key, start, end in caller.arg_spans:
+            order = next((u.site.order for u in model.spans.uses_in((start, end))), None)
+            if order is None or model.parameter(caller, fn, order) != param:
+                continue
+            names = {u.name for u in model.spans.uses_in((start, end))}
+            if any(n == o or n.startswith(o + ".") for n in names for o in shared):
+                if not any(facts.records(t, caller.site) for t in facts.tapes):
+                    return caller
+    return None
+
+
+def _target_outside(facts):
     for call, tape in facts.gradient_calls():
         target = call.arg(0, "target")
         block_line = facts.blocks[tape.with_blocks[0]].line if tape.with_blocks else tape.site.line

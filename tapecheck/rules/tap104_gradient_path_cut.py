@@ -58,8 +58,8 @@ def train_step(model, optimizer, x, y):
 
 from __future__ import annotations
 
-from tapecheck.lint.model import Tracer, model_of
-from tapecheck.lint.queries import call_span, method_of, variable_owner
+from tapecheck.lint.model import model_of
+from tapecheck.lint.queries import method_of
 from tapecheck.rules._common import report
 
 CODE = "TAP104"
@@ -269,38 +269,13 @@ class Net(keras.Model):
 ]
 
 
-def _source_roots(facts, spans, call, tape) -> set[str]:
-    """The objects whose variables are asked for: `model` for `model.trainable_variables`."""
-    target = call.arg(0, "target")
-    roots: set[str] = set()
-    for use in spans.uses_in(call_span(call)):
-        if use.name == f"{tape.name}.{call.method}" or (target is not None and use.name == target.text):
-            continue
-        roots.add(variable_owner(use.name) or use.name)
-        for assign in facts.reaching_assigns(use.name, call.site):
-            for inner in spans.uses_in(assign.span):  # variables = gen.trainable_variables + ...
-                if variable_owner(inner.name):
-                    roots.add(variable_owner(inner.name))
-    return roots
-
-
 def _tape_flow(model, tape, call, roots):
     """The flow of the gradient target from the sources, over the assignments the tape recorded."""
-    facts = model.facts
 
     def origin_of(name):
         return {SOURCES} if any(name == root or name.startswith(root + ".") for root in roots) else set()
 
-    tracer = Tracer(model, origin_of, boundary=tuple(tape.with_blocks))
-    scope = facts.blocks[tape.with_blocks[0]].scope
-    assigns = [
-        a for a in facts.assigns
-        if a.kind in ("assign", "augassign") and a.span != (0, 0) and a.site.order < call.site.order
-        and facts.scope_of(a.site) == scope and facts.records(tape, a.site)
-    ]
-    for assign in sorted(assigns, key=lambda a: a.site.order):
-        tracer.assign(assign, merge=assign.site.block not in tape.with_blocks)
-    return tracer.state
+    return model.tape_flow(tape, call, origin_of)
 
 
 def _in(cut, fn_name: str, path: str) -> str:
@@ -323,7 +298,7 @@ def check(facts):
         target = call.arg(0, "target")
         if not tape.with_blocks or not tape.name or target is None or target.kind != "name":
             continue
-        roots = _source_roots(facts, spans, call, tape)
+        roots, _ = model.gradient_roots(call, tape)
         if not roots:
             continue
         flow = _tape_flow(model, tape, call, roots).get(target.text)
