@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import libcst as cst
 
-from tapecheck.lint.facts import Assign, Block, Call, Exit, Expr, FileFacts, Site, Tape, Use
+from tapecheck.lint.facts import Assign, Block, Call, Compare, Exit, Expr, FileFacts, Site, Tape, Use
 from tapecheck.lint.fastcst import FastVisitor, Positions
 
 TAPE_CLASSES = frozenset(
@@ -528,6 +528,21 @@ class FactsBuilder(FastVisitor):
 
     def leave_UnaryOperation(self, node):
         self._context.pop()
+
+    _COMPARE_TEXT = {
+        "LessThan": "<", "GreaterThan": ">", "LessThanEqual": "<=", "GreaterThanEqual": ">=", "Equal": "==",
+        "NotEqual": "!=", "In": "in", "NotIn": "not in", "Is": "is", "IsNot": "is not",
+    }
+
+    def visit_Comparison(self, node: cst.Comparison):
+        operator = self._COMPARE_TEXT.get(type(node.comparisons[0].operator).__name__, "?") if node.comparisons else "?"
+        compare = Compare(self._site(node), operator)
+        self._visit(node.left)
+        for target in node.comparisons:
+            self._visit(target.comparator)
+        compare.end_order = self._order
+        self.facts.compares.append(compare)
+        return False
 
     def visit_Subscript(self, node: cst.Subscript):
         # slicing a tensor is an op on it; the index itself is not computed with

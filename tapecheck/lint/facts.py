@@ -124,6 +124,15 @@ class Exit:
 
 
 @dataclass(slots=True)
+class Compare:
+    """A comparison (`a > b`, `x == y`): its operands' events have orders in (site.order, end_order]."""
+
+    site: Site
+    operator: str  # the first operator, as written: ">", "==", "is not"...
+    end_order: int = 0
+
+
+@dataclass(slots=True)
 class FileFacts:
     path: str
     blocks: list[Block] = field(default_factory=list)
@@ -133,6 +142,7 @@ class FileFacts:
     uses: list[Use] = field(default_factory=list)
     deletes: list[Assign] = field(default_factory=list)
     exits: list[Exit] = field(default_factory=list)
+    compares: list[Compare] = field(default_factory=list)
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
     relative_imports: dict[str, str] = field(default_factory=dict)  # `from .models import Net`: Net -> models.Net
     project: object = None  # a cross-file index (tapecheck.lint.project) when linting several files

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import os
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from tapecheck.lint.facts import Block, Call, FileFacts, Site
+from tapecheck.lint.facts import Block, Call, Compare, FileFacts, Site
 from tapecheck.lint.queries import (
     METADATA_CALLS, call_span, callee_of, is_metadata, method_of, prefixes, spans_of, variable_owner,
 )
@@ -240,6 +241,8 @@ class ProgramModel:
         self.classes: dict[int, Block] = {}
         self._defs: dict[tuple[str, int, int], Block] = {}  # (name, line, scope) -> function/class block
         self._summaries: dict[int, Summary | None] = {}
+        self._compares: list = []
+        self._compare_orders: list[int] | None = None
         self._attributes: dict[tuple[int, str], object] = {}
         self._assigns_by_scope: dict[int, list] = {}
         params: dict[int, list[str]] = {}
@@ -261,6 +264,14 @@ class ProgramModel:
             self.functions[block.id] = Function(
                 block, tuple(params.get(block.id, ())), owner, owner is not None and not static, self
             )
+
+    def compares_in(self, span: tuple[int, int]) -> list:
+        """The comparisons whose events lie in an order span."""
+        if self._compare_orders is None:
+            self._compares = sorted(self.facts.compares, key=lambda c: c.site.order)
+            self._compare_orders = [c.site.order for c in self._compares]
+        start, end = span
+        return self._compares[bisect_right(self._compare_orders, start): bisect_right(self._compare_orders, end)]
 
     # -- classes --------------------------------------------------------------------------
     def local_class(self, dotted: str) -> Block | None:
@@ -725,18 +736,21 @@ class Tracer:
         model = self.model
         facts = model.facts
         calls = model.spans.calls_in(span)
+        compares = model.compares_in(span)
+        if compares:  # a comparison cuts like a call that returns a bool: ordered with the calls
+            calls = sorted([*calls, *compares], key=lambda c: c.site.order)
         flow = Flow()
         for use in model.spans.uses_in(span):
             order = use.site.order
             if is_metadata(use.name):
                 continue
             enclosing = [c for c in calls if c.site.order < order <= c.end_order]
-            if any(callee_of(facts, c) in STOP_CALLS for c in enclosing):
+            if any(not isinstance(c, Compare) and callee_of(facts, c) in STOP_CALLS for c in enclosing):
                 continue
             value = self.flow_of(use.name)
             if value.empty():
                 continue
-            indexed = [i for i, c in enumerate(enclosing) if _is_index(facts, c)]
+            indexed = [i for i, c in enumerate(enclosing) if not isinstance(c, Compare) and _is_index(facts, c)]
             outermost_index = indexed[0] if indexed else len(enclosing)
             for position in range(len(enclosing) - 1, -1, -1):
                 call = enclosing[position]
@@ -744,6 +758,8 @@ class Tracer:
                     value.cuts.clear()  # an index or a sample: a choice, not a value
                 elif position > outermost_index:
                     continue  # inside an index: no cut is a cut here
+                elif isinstance(call, Compare):
+                    value.cut_all(Cut(call.site, f"the comparison `{call.operator}`"))
                 elif cuts(facts, call):
                     value.cut_all(Cut(call.site, describe(call)))
                 else:

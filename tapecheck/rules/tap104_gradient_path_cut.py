@@ -4,7 +4,8 @@
 Follows the values computed inside a tape's `with` block from the sources (the
 model, the variables asked for) to the gradient target (the loss). It flags the
 place where every path is cut by an operation that has no gradient: `.numpy()`,
-a NumPy call (`np.mean`, `np.array`...), `float()`, `int()`, `round()`,
+a NumPy call (`np.mean`, `np.array`...), `float()`, `int()`, `round()`, a
+comparison (`pred > 0.5`, a hard mask),
 `tf.cast` to an integer or boolean dtype, `argmax`/`argmin`/`round`, or a Python
 `if` on a tensor that picks a constant.
 
@@ -173,6 +174,17 @@ def critic_step(critic, opt, real, fake):
         loss = tf.reduce_mean(critic(fake, training=True)) - tf.reduce_mean(critic(real, training=True)) + 10.0 * penalty
     opt.apply_gradients(zip(tape.gradient(loss, critic.trainable_variables), critic.trainable_variables))
 """,
+    # a mask from the labels, and a gate chosen by a comparison on the prediction: the values flow
+    """
+import tensorflow as tf
+def step(model, x, y):
+    with tf.GradientTape() as tape:
+        pred = model(x, training=True)
+        mask = tf.cast(y > 0, tf.float32)
+        leaky = tf.where(pred > 0, pred, 0.01 * pred)
+        loss = tf.reduce_sum(mask * tf.square(leaky - y))
+    return tape.gradient(loss, model.trainable_variables)
+""",
     # accuracy computed inside the tape for logging only
     """
 import tensorflow as tf
@@ -209,6 +221,17 @@ def star_error(y_true, y_pred):
     return tf.reduce_mean(tf.abs(tf.round(y_pred) - y_true))  # expect: TAP104
 model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
 model.compile(optimizer="adam", loss=star_error)
+""",
+    # a hard mask by comparison: a bool has no gradient
+    """
+import tensorflow as tf
+def hard_dice(y_true, y_pred):
+    hard = tf.cast(y_pred > 0.5, tf.float32)  # expect: TAP104
+    return 1.0 - 2.0 * tf.reduce_sum(y_true * hard) / (tf.reduce_sum(y_true + hard) + 1.0)
+def step(model, x, y):
+    with tf.GradientTape() as tape:
+        loss = hard_dice(y, tf.sigmoid(model(x, training=True)))
+    return tape.gradient(loss, model.trainable_variables)
 """,
     # accuracy used as the loss
     """
