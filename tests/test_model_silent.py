@@ -1,0 +1,62 @@
+"""Silent mistakes the program model sees away from the loop, checked under real TensorFlow.
+
+Each `fixtures/model/silent/bad/X.py` gives exactly its `# expect:` findings and its
+corrected twin `good/X.py` none. Nothing fails at run time, so each test runs both
+twins and shows the misbehaviour in numbers: the bad one's reported values are wrong
+where the good one's are right.
+"""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from expectations import expected, found
+from tapecheck.lint import lint_file
+
+ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "silent"
+NAMES = sorted(p.name for p in (ROOT / "bad").glob("*.py"))
+
+
+def test_every_silent_fixture_has_a_twin():
+    assert NAMES and NAMES == sorted(p.name for p in (ROOT / "good").glob("*.py"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lint_gives_exactly_the_annotated_findings(name):
+    for kind in ("bad", "good"):
+        path = ROOT / kind / name
+        report = lint_file(str(path))
+        assert report.errors == []
+        assert found(report.findings) == expected(path.read_text(encoding="utf-8"))
+    assert expected((ROOT / "bad" / name).read_text(encoding="utf-8"))
+
+
+def run(kind: str, name: str, *args):
+    pytest.importorskip("tensorflow")
+    return runpy.run_path(str(ROOT / kind / name))["run"](*args)
+
+
+def test_a_module_level_metric_in_train_step_accumulates_across_epochs_under_fit():
+    _, bad = run("bad", "untracked_metric_fit.py", 2)
+    _, good = run("good", "untracked_metric_fit.py", 2)
+    assert bad[0] == pytest.approx(good[0])  # the first epoch is the same: nothing to reset yet
+    # fit logs the mean so far: undo it into each batch's own loss (the training itself is identical)
+    batch_losses = []
+    for epoch in good:
+        batch_losses += [epoch[0], 2 * epoch[1] - epoch[0]]
+    assert good[1][-1] == pytest.approx(sum(batch_losses[2:]) / 2, rel=1e-4)  # epoch 2 alone
+    assert bad[1][-1] == pytest.approx(sum(batch_losses) / 4, rel=1e-4)  # epochs 1 and 2 together
+    assert abs(bad[1][-1] - good[1][-1]) > 0.1
+
+
+def test_a_validation_metric_reset_once_averages_every_epoch_so_far():
+    bad_reported, truth = run("bad", "validation_reset_once.py", 3)
+    good_reported, good_truth = run("good", "validation_reset_once.py", 3)
+    assert truth == pytest.approx(good_truth, rel=1e-5)  # the same training
+    assert good_reported == pytest.approx(truth, rel=1e-5)
+    assert bad_reported[0] == pytest.approx(truth[0], rel=1e-5)
+    assert bad_reported[2] == pytest.approx(sum(truth) / 3, rel=1e-4)  # the mean of all epochs so far
+    assert bad_reported[2] - truth[2] > 0.05
