@@ -66,6 +66,7 @@ import re
 
 from tapecheck.lint.facts import GRADIENT_METHODS
 from tapecheck.lint.project import MODE_LAYERS
+from tapecheck.lint.model import model_of
 from tapecheck.rules._common import keras_member, report
 from tapecheck.lint.queries import callee_of, spans_of, variable_owner
 
@@ -90,6 +91,30 @@ MODEL_CLASSES = frozenset(
 VALIDATION_STEP = re.compile(r"(val|valid|validation|validate|eval|evaluate|evaluation|test)_step|(val|valid|validate|eval|evaluate)(_\w+)?")
 
 VALID = [
+    # the model's call passes its own flag on as training=; Dropout in one model says nothing of another
+    """
+import keras
+import tensorflow as tf
+class Net(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.d = keras.layers.Dense(4)
+        self.drop = keras.layers.Dropout(0.5)
+    def call(self, x, is_training=False):
+        return self.drop(self.d(x), training=is_training)
+class Plain(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.d = keras.layers.Dense(1)
+    def call(self, x):
+        return self.d(x)
+net, plain = Net(), Plain()
+def step(opt, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(plain(x) - y) + tf.reduce_mean(net(x, is_training=True))
+    variables = plain.trainable_variables + net.trainable_variables
+    opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+""",
     # distillation: the teacher runs in inference mode on the student's tape
     """
 import tensorflow as tf
@@ -140,6 +165,23 @@ def step(opt, x, y):
 ]
 
 INVALID = [
+    # the model's own flag, left out in the training step
+    """
+import keras
+import tensorflow as tf
+class Net(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.d = keras.layers.Dense(4)
+        self.drop = keras.layers.Dropout(0.5)
+    def call(self, x, is_training=False):
+        return self.drop(self.d(x), training=is_training)
+net = Net()
+def step(opt, x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(net(x))  # expect: TAP403
+    opt.apply_gradients(zip(tape.gradient(loss, net.trainable_variables), net.trainable_variables))
+""",
     # a subclassed model with batch norm, in its own train_step and test_step
     """
 import keras
@@ -230,13 +272,14 @@ def _mode_models(facts, spans, local) -> dict[str, str]:
         calls = spans.calls_in(assign.span)
         if not calls:
             continue
-        made_by = calls[0].func.text
+        # the target's own value: `net, plain = Net(), Plain()` binds each to its own call
+        made_by = assign.value.func_text or calls[0].func.text
         origin = _imported(facts, made_by) if made_by else ""
         if made_by in local and not origin:
             models[assign.target] = local[made_by]
         elif origin and project is not None and project.defines(origin, facts.path):
             models[assign.target] = f"`{made_by}` from `{origin.rpartition('.')[0]}`"
-        elif _is_model_class(facts, calls[0]) and (
+        elif (assign.value.callee in MODEL_CLASSES if assign.value.func_text else _is_model_class(facts, calls[0])) and (
             any(_is_mode_layer(facts, c) for c in calls) or facts.scope_of(assign.site) in scopes_with_mode_layers
         ):
             models[assign.target] = f"line {assign.site.line}"
@@ -266,7 +309,34 @@ def _model_of(facts, call, local, models) -> str:
     return models.get(text, "")
 
 
+def _training_arg(model, call):
+    """The argument that sets the mode: `training=`, or the flag a local model's `call` passes on
+    as `training=` under its own name (`def call(self, x, is_training=False)`)."""
+    training = call.arg(1, "training")
+    if training is not None:
+        return training
+    fn = model.resolve(call)
+    if fn is None:
+        return None
+    facts = model.facts
+    flags = set()
+    for inner in model.spans.calls:
+        if facts.scope_of(inner.site) == fn.block.id:
+            value = inner.keywords.get("training")
+            if value is not None and value.kind == "name" and value.text in fn.params:
+                flags.add(value.text)
+    positional = fn.params[1:] if fn.bound else fn.params
+    for flag in sorted(flags):
+        if flag in call.keywords:
+            return call.keywords[flag]
+        index = positional.index(flag)
+        if index < len(call.args):
+            return call.args[index]
+    return None
+
+
 def check(facts):
+    model = model_of(facts)
     local = _local_definitions(facts)
     spans = spans_of(facts)
     models = _mode_models(facts, spans, local)
@@ -278,7 +348,7 @@ def check(facts):
         where = _model_of(facts, call, local, models)
         if not where:
             continue
-        training = call.arg(1, "training")
+        training = _training_arg(model, call)
         name = call.func.text
         if training is None:
             tapes = [t for t in facts.tapes if facts.records(t, call.site)]
