@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from tapecheck.findings import FileError, Finding
+from tapecheck.findings import FileError, Finding, one_cause_one_finding
 from tapecheck.rules import RULES, Rule
 
 MAX_FILE_BYTES = 10 * 1024 * 1024  # larger files are generated code, not training loops
@@ -221,7 +221,7 @@ def lint_python(
             raise LintError(
                 f"internal error in {rule.code} ({type(exc).__name__}: {exc}); please report it with this file"
             ) from exc
-    found = sorted(findings)
+    found = one_cause_one_finding(sorted(findings), {rule.code for rule in rules})
     fixable = {rule.code for rule in rules if rule.fixable}
     if any(finding.code in fixable for finding in found):
         # Fixes are worked out here, in the linting pass (and its worker process), so they

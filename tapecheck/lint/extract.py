@@ -245,6 +245,8 @@ class FactsBuilder(FastVisitor):
             params = node.params
             for param in (*params.posonly_params, *params.params, *params.kwonly_params):
                 self._bind(param.name, None, "param", param)
+                if param.annotation is not None:
+                    self.facts.assigns[-1].annotation = dotted_name(param.annotation.annotation)
             for star in (params.star_arg, params.star_kwarg):
                 if isinstance(star, cst.Param):
                     self._bind(star.name, None, "param", star)

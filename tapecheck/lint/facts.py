@@ -77,6 +77,7 @@ class Assign:
     value: Expr | None  # None for loop targets, `with ... as`, imports, deletes
     kind: str = "assign"  # assign, augassign, for, with, import, param, def
     span: tuple[int, int] = (0, 0)  # orders (after start, up to end) of the value's events
+    annotation: str = ""  # parameters: the annotation's dotted name (`int`, `tf.Tensor`), when it is one
 
 
 @dataclass(slots=True)

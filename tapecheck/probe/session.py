@@ -36,7 +36,9 @@ class Probe:
         from tapecheck.lint.suppressions import apply_suppressions
         from tapecheck.probe.notebook import relocate
 
-        return apply_suppressions(relocate(self.collector.findings()))
+        from tapecheck.findings import one_cause_one_finding
+
+        return one_cause_one_finding(apply_suppressions(relocate(self.collector.findings())))
 
     @property
     def running(self) -> bool:

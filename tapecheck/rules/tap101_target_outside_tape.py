@@ -57,6 +57,9 @@ NAME = "target-outside-tape"
 SUMMARY = "the gradient target is computed outside the tape's `with` block"
 PROBE = True
 TRIGGERS = (b"GradientTape",)
+# At the same `gradient` call, "the target is computed outside the tape" is also why a source
+# is "used only outside" it: one cause, one finding.
+SUBSUMES = ("TAP102",)
 
 # Method calls that only fetch an already computed value: no new tensor op.
 CONTAINER_METHODS = frozenset({"get", "pop", "popitem", "setdefault", "copy"})

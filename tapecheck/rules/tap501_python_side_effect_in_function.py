@@ -58,6 +58,7 @@ from __future__ import annotations
 import re
 
 from tapecheck.rules._common import report
+from tapecheck.lint.model import model_of
 from tapecheck.lint.queries import (
     METADATA_CALLS,
     call_span,
@@ -104,8 +105,22 @@ EAGER_ISLANDS = frozenset(
 )
 PYTHON_CONVERSIONS = frozenset({"float", "int", "bool", "complex"})
 NOT_TENSORS = frozenset({"self", "cls"})
+# Parameters annotated as Python values: tf.function retraces for each value, they are not tensors.
+PYTHON_ANNOTATIONS = frozenset({"int", "float", "bool", "str"})
 
 VALID = [
+    # Python values and a trace marker: printed once on purpose, or never tensors
+    """
+import tensorflow as tf
+@tf.function
+def step(model, opt, x, n_steps: int):
+    print("Tracing with", x)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(model(x))
+    grads = tape.gradient(loss, model.trainable_variables)
+    print("missing gradient:", grads[0] is None, n_steps)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # tf.print, tf.random, static shapes, and .numpy() outside the function
     """
 import tensorflow as tf
@@ -203,6 +218,7 @@ def _tensor_names(facts, spans, function_id) -> set[str]:
     names = {
         a.target for a in facts.assigns
         if a.kind == "param" and facts.scope_of(a.site) == function_id and a.target not in NOT_TENSORS
+        and a.annotation not in PYTHON_ANNOTATIONS
     }
     local = sorted(
         (a for a in facts.assigns if a.kind in ("assign", "augassign") and facts.scope_of(a.site) == function_id),
@@ -221,6 +237,8 @@ def _tensor_names(facts, spans, function_id) -> set[str]:
 
 def _reads_tensor(facts, spans, span, names) -> bool:
     static = [call_span(c) for c in spans.calls_in(span) if callee_of(facts, c) in METADATA_CALLS]
+    # `g is None`, `x is not y`: a Python bool about the object, never a tensor
+    static += [(c.site.order, c.end_order) for c in model_of(facts).compares_in(span) if c.operator in ("is", "is not")]
     for use in spans.uses_in(span):
         if is_metadata(use.name) or any(within(use.site.order, s) for s in static):
             continue
@@ -250,13 +268,19 @@ def _finding(facts, spans, call, names) -> tuple[str, str] | None:
             f"`{call.func.text}()` of a tensor raises TypeError here: the tensor is symbolic while tf.function traces",
             "Keep it a tensor (tf.cast) inside the function; convert the returned value outside.",
         )
-    if call.func.text == "print" and _reads_tensor(facts, spans, call_span(call), names):
+    if call.func.text == "print" and _reads_tensor(facts, spans, call_span(call), names) and not _trace_marker(call):
         return (
             "`print` of a tensor runs only while tf.function traces: it shows a symbolic tensor once, "
             "then never again",
             "Use tf.print to print at every step.",
         )
     return None
+
+
+def _trace_marker(call) -> bool:
+    """`print("Tracing with", x)`: a print that says it is about tracing is meant to run once."""
+    first = call.args[0] if call.args else None
+    return first is not None and isinstance(first.value, str) and "trac" in first.value.lower()
 
 
 def _runs_eagerly(facts) -> bool:
