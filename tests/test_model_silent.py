@@ -60,3 +60,10 @@ def test_a_validation_metric_reset_once_averages_every_epoch_so_far():
     assert bad_reported[0] == pytest.approx(truth[0], rel=1e-5)
     assert bad_reported[2] == pytest.approx(sum(truth) / 3, rel=1e-4)  # the mean of all epochs so far
     assert bad_reported[2] - truth[2] > 0.05
+
+
+def test_a_persistent_tape_kept_on_the_trainer_stays_alive_with_its_recording():
+    bad = run("bad", "tape_kept_on_trainer.py", 3)
+    good = run("good", "tape_kept_on_trainer.py", 3)
+    assert bad == (1, [True])  # the last step's tape, still recording-capable, held by the trainer
+    assert good == (0, [])

@@ -182,6 +182,10 @@ class FactsBuilder(FastVisitor):
             return site
         # a subscript or an attribute of a call: a store into something, read it as a use
         self._visit(target, "other")
+        if isinstance(target, cst.Subscript) and value is not None:
+            container = dotted_name(target.value)
+            if container:
+                self.facts.stores.append(Assign(container, self._site(site_node), value, "store"))
         return None
 
     def _tape_from_call(self, call: cst.Call) -> tuple[bool | None, bool | None] | None:

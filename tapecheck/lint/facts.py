@@ -144,6 +144,7 @@ class FileFacts:
     deletes: list[Assign] = field(default_factory=list)
     exits: list[Exit] = field(default_factory=list)
     compares: list[Compare] = field(default_factory=list)
+    stores: list[Assign] = field(default_factory=list)  # `d[k] = v`: target is the container (`d`), kind "store"
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
     relative_imports: dict[str, str] = field(default_factory=dict)  # `from .models import Net`: Net -> models.Net
     project: object = None  # a cross-file index (tapecheck.lint.project) when linting several files

@@ -53,6 +53,26 @@ FIXABLE = True
 TRIGGERS = (b"GradientTape",)
 
 VALID = [
+    # persistent inside tf.function: the tape lives only while tracing; a kept tape released
+    """
+import tensorflow as tf
+@tf.function
+def step(model, x):
+    with tf.GradientTape(persistent=True) as tape:
+        y = model(x)
+        z = y * 2.0
+    return tape.gradient(y, model.trainable_variables), tape.gradient(z, model.trainable_variables)
+class Probe:
+    def record(self, model, x):
+        with tf.GradientTape(persistent=True) as tape:
+            y = model(x)
+        self.tape = tape
+        return y
+    def done(self):
+        g = self.tape.gradient(self.tape, [])
+        self.tape = None
+        return g
+""",
     # two calls: persistence is needed
     """
 import tensorflow as tf
@@ -95,6 +115,29 @@ def jac(f, x):
 ]
 
 INVALID = [
+    # a persistent tape kept on the trainer after the step
+    """
+import tensorflow as tf
+class Trainer:
+    def step(self, model, x):
+        with tf.GradientTape(persistent=True) as tape:
+            a, b = model(x)
+        ga = tape.gradient(a, model.trainable_variables)
+        gb = tape.gradient(b, model.trainable_variables)
+        self.last_tape = tape  # expect: TAP202
+        return ga, gb
+""",
+    # tapes collected in a list, one per batch
+    """
+import tensorflow as tf
+history = []
+def step(model, x):
+    with tf.GradientTape(persistent=True) as tape:
+        y = model(x)
+        z = tf.reduce_sum(y)
+    history.append(tape)  # expect: TAP202
+    return tape.gradient(y, model.trainable_variables), tape.gradient(z, model.trainable_variables)
+""",
     """
 import tensorflow as tf
 x = tf.Variable(3.0)
@@ -116,8 +159,57 @@ def _needs_persistence(facts, tape, call) -> bool:
     return facts.records(tape, call.site)  # asked mid-recording so that recording goes on
 
 
+TRACED = frozenset({"tensorflow.function", "tensorflow.compat.v2.function"})
+
+
+def _kept(facts, tape):
+    """Where a persistent tape is handed to something that outlives the step: `self.x = tape`,
+    `tapes.append(tape)`, `tapes[k] = tape`. (site, holder) or None."""
+    scope = facts.scope_of(tape.site)
+    for assign in facts.assigns:
+        value = assign.value
+        if (assign.kind == "assign" and value is not None and value.kind == "name" and value.text == tape.name
+                and assign.target.startswith("self.") and facts.scope_of(assign.site) == scope
+                and facts.tape_for(tape.name, assign.site) is tape):
+            return assign.site, f"`{assign.target}`"
+    for store in facts.stores:
+        value = store.value
+        if value.kind == "name" and value.text == tape.name and facts.scope_of(store.site) == scope \
+                and facts.tape_for(tape.name, store.site) is tape:
+            return store.site, f"the container `{store.target}`"
+    for call in facts.calls:
+        if call.method in ("append", "add", "insert", "setdefault") and call.args and facts.scope_of(call.site) == scope:
+            last = call.args[-1] if call.method != "setdefault" else call.args[-1]
+            if last.kind == "name" and last.text == tape.name and facts.tape_for(tape.name, call.site) is tape:
+                return call.site, f"the container `{call.receiver}`"
+    return None
+
+
+def _released(facts, holder: str) -> bool:
+    """`del self.tape`, `self.tape = None` or a container cleared somewhere in the file."""
+    name = holder.strip("`").removeprefix("the container `")
+    if any(d.target == name for d in facts.deletes):
+        return True
+    if any(a.target == name and a.value is not None and a.value.kind == "name" and a.value.text == "None"
+           for a in facts.assigns):
+        return True
+    return any(c.receiver == name and c.method in ("clear", "pop", "popitem", "remove") for c in facts.calls)
+
+
 def check(facts):
     for tape in facts.tapes:
+        if tape.persistent is True and tape.name and "." not in tape.name:
+            kept = _kept(facts, tape)
+            scope = facts.blocks[facts.scope_of(tape.site)]
+            if kept is not None and not set(scope.decorators) & TRACED and not _released(facts, kept[1]):
+                site, holder = kept
+                yield report(
+                    facts, site, CODE,
+                    f"persistent `{tape.name}` (line {tape.site.line}) is kept in {holder}: the object keeps the "
+                    "tape, and every tensor it recorded, alive after the step",
+                    f"Keep the gradients, not the tape; or `del` it (or set it to None) when done.",
+                )
+                continue
         if tape.persistent is not True or not tape.name or "." in tape.name or facts.tape_escapes(tape):
             continue
         calls = facts.tape_calls(tape, GRADIENT_METHODS)
