@@ -209,3 +209,15 @@ def test_tracebacks_leave_the_probe_out_while_it_runs_and_the_setting_is_restore
         assert not traceback_utils.include_frame(os.path.join(probe_dir, "optimizer.py"))
     assert traceback_utils._EXCLUDED_PATHS is before
     assert traceback_utils.include_frame(os.path.join(probe_dir, "optimizer.py"))
+
+
+def test_an_eager_shared_optimizer_is_explained_though_keras_prints_the_variable_over_lines():
+    """Eager Keras puts the variable's value, over several lines, inside the "Unknown variable"
+    message; the probe reads the whole text, and agrees with lint's TAP404 line."""
+    from tapecheck.lint import lint_file
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "bad" / "gan_trainer_shared_optimizer.py"
+    probe, error = run_probed(path)
+    assert type(error) is ValueError and "\n" in str(error)
+    static = [(f.line, f.code) for f in lint_file(str(path)).findings]
+    assert [(f.line, f.code) for f in probe.findings if f.code == "TAP404"] == static == [(46, "TAP404")]

@@ -144,6 +144,7 @@ class OptimizerHooks:
         from tapecheck.probe import loud
 
         text = loud.core_message(exc)
+        whole = str(exc)  # eager Keras prints the variable's value inside the message: it spans lines
         if "No gradients provided for any variable" in text:
             fallback = loud.Explanation(
                 site=sites.user_site(), code="TAP104", cause="no-gradients",
@@ -153,8 +154,8 @@ class OptimizerHooks:
                 names=tuple(diagnose.describe(v) for v in variables),
             )
             return loud.Explanation(keys=tuple(touched), details={"fallback": fallback})
-        if "Unknown variable" in text and "originally built with" in text:
-            return self._shared(optimizer, text)
+        if "Unknown variable" in whole and "originally built with" in whole:
+            return self._shared(optimizer, whole)
         if "shape" in text.lower() and isinstance(grads, (list, tuple)) and isinstance(variables, (list, tuple)):
             return self._shapes(grads, variables)
         return None
