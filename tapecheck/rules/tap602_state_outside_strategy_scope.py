@@ -1,0 +1,275 @@
+'''# TAP602 state-outside-strategy-scope
+
+## What it does
+Flags a Keras model trained in a distributed step but built outside
+`with strategy.scope():`. The step is the function given to `strategy.run(fn, ...)`
+of a `tf.distribute.MirroredStrategy` or `MultiWorkerMirroredStrategy` built in the
+file; the model is the one whose `trainable_variables` the step differentiates and
+updates, bound to a name, a global, a closure or `self.model`. Reported where the
+model is built: a functional `keras.Model(inputs, outputs)`, a `Sequential` that
+starts with `keras.Input(...)`, or a local builder function returning one of those.
+
+It stays silent for a model built inside the scope (also by a builder called
+there), a `Sequential` without an `Input` (its variables are made on the first
+call, inside `strategy.run`, which works), a file that enters a scope in a way it
+cannot place (`scope = strategy.scope()`, `experimental_set_strategy`), and for
+optimizers and metrics made outside the scope (measured on TensorFlow 2.21: they
+run correctly).
+
+## Why is this bad?
+Variables made outside the strategy's scope are plain variables on one device, not
+mirrored ones, and Keras's optimizer cannot update them through the strategy. Measured
+on TensorFlow 2.21, on one device as on two, the traced step fails at the first
+`apply_gradients`: with `SGD`, an empty `AssertionError` "in user code" from
+`_distributed_tf_update_step` that names neither the model nor the scope; with `Adam`,
+`ValueError: colocate_vars_with must only be passed a variable created in this
+tf.distribute.Strategy.scope()` while it builds its slots, naming a kernel.
+
+## Example
+```python
+import tensorflow as tf
+
+strategy = tf.distribute.MirroredStrategy()
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+with strategy.scope():
+    optimizer = tf.keras.optimizers.SGD(0.1)
+
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.nn.compute_average_loss(tf.square(y - model(x, training=True))[:, 0])
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+@tf.function
+def distributed_step(x, y):
+    strategy.run(train_step, args=(x, y))
+```
+
+## Use instead
+```python
+import tensorflow as tf
+
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.nn.compute_average_loss(tf.square(y - model(x, training=True))[:, 0])
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+@tf.function
+def distributed_step(x, y):
+    strategy.run(train_step, args=(x, y))
+```
+'''
+
+from __future__ import annotations
+
+from tapecheck.lint.model import keras_member, model_of
+from tapecheck.lint.queries import callee_of, method_of, variable_owner
+from tapecheck.rules._common import report
+from tapecheck.rules.tap601_loss_not_scaled_for_replicas import (
+    STRATEGIES, _assigns_of, _steps, _value_call, _whole_call,
+)
+
+CODE = "TAP602"
+NAME = "state-outside-strategy-scope"
+SUMMARY = "a model trained in a `strategy.run` step is built outside `strategy.scope()`"
+PROBE = False
+
+
+def screen(source: bytes) -> bool:
+    """A Mirrored strategy built here, and a gradient taken."""
+    return b"MirroredStrategy" in source and b"gradient" in source
+
+
+INPUTS = frozenset({"Input", "InputLayer"})
+MODELS = frozenset({"Model", "Functional"})
+SETS_STRATEGY = frozenset({"tensorflow.distribute.experimental_set_strategy"})
+
+HINT = "Build the model (and its optimizer) inside `with strategy.scope():`."
+
+VALID = [
+    # built in the scope, by a builder; an optimizer made outside runs fine
+    """
+import tensorflow as tf
+def build():
+    inputs = tf.keras.Input((4,))
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(1)(inputs))
+strategy = tf.distribute.MirroredStrategy()
+optimizer = tf.keras.optimizers.SGD(0.1)
+with strategy.scope():
+    model = build()
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.nn.compute_average_loss(tf.square(y - model(x, training=True))[:, 0])
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+@tf.function
+def distributed_step(x, y):
+    strategy.run(train_step, args=(x, y))
+""",
+    # no Input: the variables are made on the first call, inside strategy.run
+    """
+import tensorflow as tf
+strategy = tf.distribute.MirroredStrategy()
+model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+with strategy.scope():
+    optimizer = tf.keras.optimizers.SGD(0.1)
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.nn.compute_average_loss(tf.square(y - model(x, training=True))[:, 0])
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+@tf.function
+def distributed_step(x, y):
+    strategy.run(train_step, args=(x, y))
+""",
+    # a scope entered through a name: not placed, silent
+    """
+import tensorflow as tf
+strategy = tf.distribute.MirroredStrategy()
+scope = strategy.scope()
+with scope:
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.nn.compute_average_loss(tf.square(y - model(x, training=True))[:, 0])
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+@tf.function
+def distributed_step(x, y):
+    strategy.run(train_step, args=(x, y))
+""",
+]
+
+INVALID = [
+    # a trainer that opens the scope for the optimizer only
+    """
+import tensorflow as tf
+from tensorflow import keras
+def build_model():
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+class Trainer:
+    def __init__(self):
+        self.strategy = tf.distribute.MirroredStrategy()
+        self.model = build_model()  # expect: TAP602
+        with self.strategy.scope():
+            self.optimizer = keras.optimizers.Adam()
+    def train_step(self, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(tf.square(y - self.model(x, training=True))[:, 0])
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+    @tf.function
+    def distributed_step(self, x, y):
+        self.strategy.run(self.train_step, args=(x, y))
+""",
+]
+
+
+def _scope_blocks(facts):
+    """Ids of `with X.scope():` blocks; None when a `.scope()` call is not such a `with`."""
+    found = set()
+    for call in facts.calls:
+        if method_of(call) != "scope" or call.args or call.keywords:
+            continue
+        blocks = [b for b in facts.blocks if b.kind == "with" and b.parent == call.site.block and b.line == call.site.line]
+        if len(blocks) != 1:
+            return None
+        found.add(blocks[0].id)
+    return found
+
+
+def _builds_variables(facts, model, call, depth=0) -> bool:
+    """A Keras model whose variables exist once built: functional, or a Sequential starting with an Input."""
+    callee = callee_of(facts, call)
+    member = keras_member(callee, "models") or (callee.rsplit(".", 1)[-1] if callee in (
+        "keras.Model", "keras.Sequential", "tensorflow.keras.Model", "tensorflow.keras.Sequential") else "")
+    if member in MODELS:
+        return len(call.args) + len({"inputs", "outputs"} & set(call.keywords)) >= 2
+    if member == "Sequential":
+        layers = call.arg(0, "layers")
+        if layers is None or layers.kind != "list" or not layers.elements:
+            return False
+        first = layers.elements[0]
+        return first.kind == "call" and first.func_text.rsplit(".", 1)[-1] in INPUTS and (
+            keras_member(facts.resolve(first.func_text), "layers") in INPUTS
+            or facts.resolve(first.func_text) in ("keras.Input", "tensorflow.keras.Input")
+        )
+    fn = model.resolve(call)
+    if fn is None or fn.model is not model or depth > 1 or fn.owner is not None:
+        return False
+    if any(method_of(c) == "scope" and facts.scope_of(c.site) == fn.block.id for c in facts.calls):
+        return False
+    returns = [e for e in facts.exits if e.kind == "return" and facts.scope_of(e.site) == fn.block.id]
+    if not returns or any(e.span == (0, 0) for e in returns):
+        return False
+    for exit_ in returns:
+        whole = _whole_call(model, exit_.span)
+        if whole is not None and _builds_variables(facts, model, whole, depth + 1):
+            continue
+        uses = model.spans.uses_in(exit_.span)
+        if len(uses) == 1 and whole is None:
+            assigns = _assigns_of(facts, model, uses[0].name, exit_.site)
+            calls = [_value_call(model, a) for a in assigns]
+            if calls and all(c is not None and _builds_variables(facts, model, c, depth + 1) for c in calls):
+                continue
+        return False
+    return True
+
+
+def _outside(facts, assign, scopes) -> bool:
+    """The assignment runs outside every strategy scope, for sure."""
+    if any(b in scopes for b in facts.chain(assign.site.block)):
+        return False
+    scope = facts.scope_of(assign.site)
+    if facts.blocks[scope].kind == "module":
+        return True
+    in_function = [c for c in facts.calls if facts.scope_of(c.site) == scope]
+    return any(callee_of(facts, c) in STRATEGIES for c in in_function) or any(
+        facts.blocks[b].scope == scope for b in scopes
+    )
+
+
+def check(facts):
+    if not any(callee_of(facts, c) in STRATEGIES for c in facts.calls):
+        return
+    if any(callee_of(facts, c) in SETS_STRATEGY for c in facts.calls):
+        return
+    scopes = _scope_blocks(facts)
+    if scopes is None:
+        return
+    model = model_of(facts)
+    reported = set()
+    for step, run in _steps(facts, model):
+        scope = step.block.id
+        for call in facts.calls:
+            if facts.scope_of(call.site) != scope or method_of(call) != "apply_gradients":
+                continue
+            owners = {variable_owner(u.name) for u in model.spans.uses_in((call.site.order, call.end_order))}
+            for owner in sorted(o for o in owners if o):
+                assigns = _assigns_of(facts, model, owner, call.site)
+                if not assigns:
+                    continue
+                made = [_value_call(model, a) for a in assigns]
+                if any(c is None or not _builds_variables(facts, model, c) for c in made):
+                    continue
+                if not all(_outside(facts, a, scopes) for a in assigns):
+                    continue
+                for assign in assigns:
+                    if assign.site in reported:
+                        continue
+                    reported.add(assign.site)
+                    yield report(
+                        facts, assign.site, CODE,
+                        f"`{owner}` is built outside `strategy.scope()`, and `{run.func.text}` trains it in "
+                        f"`{step.qualname}` (line {call.site.line}): its variables are not mirrored, and the traced "
+                        f"step fails at `apply_gradients` (an AssertionError with SGD, a `colocate_vars_with` "
+                        f"ValueError with Adam)",
+                        HINT,
+                    )
