@@ -435,6 +435,33 @@ class ProgramModel:
                     return assign
         return None
 
+    def alias_of(self, dotted: str, site: Site) -> str:
+        """`tensorflow.keras.backend.set_learning_phase` for `K.set_learning_phase` after
+        `K = tf.keras.backend`: a dotted name with its head replaced by what every binding of the head
+        names, resolved through the file's imports. The name itself when its head is no alias."""
+        head, dot, rest = dotted.partition(".")
+        assigns = self.assigns_reaching(head, site)
+        texts = {a.value.text for a in assigns
+                 if a.kind == "assign" and a.value is not None and a.value.kind in ("name", "attribute")}
+        if len(texts) != 1 or len(assigns) != sum(1 for a in assigns if a.kind == "assign"):
+            return self.facts.resolve(dotted)
+        return self.facts.resolve(texts.pop() + dot + rest)
+
+    def imported_assign(self, name: str):
+        """The module-level binding, in the project file it comes from, of an imported name
+        (`from training import train_acc`): an Assign of that file, or None."""
+        facts = self.facts
+        relative = name in facts.relative_imports
+        origin = facts.relative_imports.get(name) or facts.imports.get(name)
+        if not origin:
+            return None
+        module, _, attribute = origin.rpartition(".")
+        other = load_module(facts.path, module, relative) if module else None
+        if other is None:
+            return None
+        found = [a for a in other._assigns_by_scope.get(0, ()) if a.target == attribute]
+        return found[0] if len(found) == 1 and found[0].kind == "assign" else None
+
     def module_binding(self, name: str, depth: int = 0):
         """What the module-level name `name` of this file is (for a file that imports it)."""
         if depth > MAX_ALIAS_DEPTH:

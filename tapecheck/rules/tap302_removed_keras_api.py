@@ -54,6 +54,7 @@ automatic fix.
 import dataclasses
 import re
 
+from tapecheck.lint.model import model_of
 from tapecheck.rules._common import flatten, is_keras_class, metric_bindings, report
 
 CODE = "TAP302"
@@ -81,7 +82,7 @@ def _with(finding, api: str, keras2: str | None):
 
 def screen(source: bytes) -> bool:
     """`reset_states`, `get_gradients`, or an optimizer given `lr` or taken from `legacy`."""
-    if b"reset_states" in source or b"get_gradients" in source:
+    if b"reset_states" in source or b"get_gradients" in source or b"set_learning_phase" in source:
         return True
     return b"optimizers" in source and (b"legacy" in source or LR_KEYWORD.search(source) is not None)
 
@@ -100,6 +101,12 @@ opt = tf.keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
 ]
 
 INVALID = [
+    # through a module alias, and a metric made in another module
+    """
+import tensorflow as tf
+K = tf.keras.backend
+K.set_learning_phase(1)  # expect: TAP302
+""",
     """
 import tensorflow as tf
 class Trainer:
@@ -117,9 +124,18 @@ opt = legacy.Adam(1e-3)  # expect: TAP302
 ]
 
 
+LEARNING_PHASE = frozenset(
+    f"{root}backend.set_learning_phase" for root in ("keras.", "tensorflow.keras.", "tensorflow.compat.v1.keras.")
+)
+
+
 def _is_metric(facts, receiver, call, metrics) -> bool:
     if receiver in metrics:
         return True
+    if "." not in receiver:
+        imported = model_of(facts).imported_assign(receiver)  # a metric made in another module
+        if imported is not None and imported.value is not None and is_keras_class(imported.value.callee, "metrics"):
+            return True
     for assign in facts.reaching_assigns(receiver, call.site):
         iterable = assign.value
         if assign.kind != "for" or iterable is None:
@@ -141,9 +157,20 @@ def check(facts):
     for a in facts.assigns:
         if a.value is not None and is_keras_class(a.value.callee, "optimizers"):
             optimizers[a.target] = optimizers.get(a.target, False) or _is_legacy(a.value.callee)
+    model = model_of(facts)
     for call in facts.calls:
         callee = facts.resolve(call.func.text) if call.func.text else ""
-        if call.method == "reset_states" and _is_metric(facts, call.receiver, call, metrics):
+        if call.func.text and "." in call.func.text and callee not in LEARNING_PHASE:
+            aliased = model.alias_of(call.func.text, call.site)
+            if aliased in LEARNING_PHASE:
+                callee = aliased
+        if callee in LEARNING_PHASE:
+            yield _with(report(
+                facts, call.site, CODE,
+                f"`{call.func.text}()` was removed in Keras 3 (`keras.backend.set_learning_phase`): AttributeError",
+                "Pass `training=True`/`training=False` to the model call instead.",
+            ), "set_learning_phase", None)
+        elif call.method == "reset_states" and _is_metric(facts, call.receiver, call, metrics):
             yield _with(report(
                 facts, call.site, CODE,
                 f"`{call.receiver}.reset_states()` was removed from Keras 3 metrics: AttributeError",
