@@ -10,6 +10,7 @@ source order, used to ask "before" and "after" without comparing line pairs.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 LOOP_KINDS = frozenset({"for", "while"})
@@ -150,6 +151,13 @@ class FileFacts:
     project: object = None  # a cross-file index (tapecheck.lint.project) when linting several files
     model: object = field(default=None, repr=False)  # the program model (tapecheck.lint.model), built on demand
     _chains: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    # (target, scope) -> assigns in order, for reaching_assigns; rebuilt when assigns grow (the walk asks too)
+    _by_name: dict | None = field(default=None, repr=False)
+    _indexed: int = field(default=0, repr=False)
+    _tapes_at: dict | None = field(default=None, repr=False)
+    _tapes_indexed: int = field(default=0, repr=False)
+    _calls_by_receiver: dict | None = field(default=None, repr=False)
+    _calls_indexed: int = field(default=0, repr=False)
 
     # -- blocks -------------------------------------------------------------
     def chain(self, block_id: int) -> list[int]:
@@ -227,10 +235,14 @@ class FileFacts:
         before the site (a parameter, a global, an attribute set elsewhere).
         """
         scope = self.scope_of(site)
-        before = [
-            a for a in self.assigns
-            if a.target == name and a.site.order < site.order and self.scope_of(a.site) == scope
-        ]
+        index = self._by_name
+        if index is None or self._indexed != len(self.assigns):
+            index = self._by_name = {}
+            for assign in sorted(self.assigns, key=lambda a: a.site.order):
+                index.setdefault((assign.target, self.scope_of(assign.site)), []).append(assign)
+            self._indexed = len(self.assigns)
+        found = index.get((name, scope), ())
+        before = found[: bisect_left([a.site.order for a in found], site.order)] if found else []
         for index in range(len(before) - 1, -1, -1):
             if self.dominates(before[index].site, site):
                 return before[index:]
@@ -243,10 +255,11 @@ class FileFacts:
         if len(reaching) != 1:
             return None
         binding = reaching[0]
-        for tape in self.tapes:
-            if tape.name == name and tape.site == binding.site:
-                return tape
-        return None
+        if self._tapes_at is None or self._tapes_indexed != len(self.tapes):
+            self._tapes_at = {(t.name, t.site.order): t for t in self.tapes}  # the walk adds tapes as it goes
+            self._tapes_indexed = len(self.tapes)
+        tape = self._tapes_at.get((name, binding.site.order))
+        return tape if tape is not None and tape.site == binding.site else None
 
     def records(self, tape: Tape, site: Site) -> bool:
         """Whether `tape` is recording at `site` (inside its `with`, not paused)."""
@@ -267,12 +280,19 @@ class FileFacts:
 
     def tape_calls(self, tape: Tape, methods: frozenset[str] | set[str]) -> list[Call]:
         """Calls `tape.<method>(...)` made while this tape binding holds."""
-        found = []
-        for call in self.calls:
-            if call.receiver == tape.name and call.method in methods and tape.name:
-                if self.tape_for(tape.name, call.site) is tape:
-                    found.append(call)
-        return found
+        if not tape.name:
+            return []
+        if self._calls_by_receiver is None or self._calls_indexed != len(self.calls):
+            self._calls_by_receiver = {}
+            for call in self.calls:
+                if call.func.kind == "attribute":
+                    self._calls_by_receiver.setdefault(call.receiver, []).append(call)
+            self._calls_indexed = len(self.calls)
+        scope = self.scope_of(tape.site)
+        return [
+            call for call in self._calls_by_receiver.get(tape.name, ())
+            if call.method in methods and self.scope_of(call.site) == scope and self.tape_for(tape.name, call.site) is tape
+        ]
 
     def tape_escapes(self, tape: Tape) -> bool:
         """The tape is handed to other code (a helper, a return, a container)."""

@@ -372,6 +372,10 @@ class ProgramModel:
             scope = self._enclosing(scope)
         return self._imported(name, depth)
 
+    def assigns_in(self, scope: int) -> list:
+        """The bindings made in one scope (its own statements, not nested functions')."""
+        return self._assigns_by_scope.get(scope, [])
+
     def assigns_reaching(self, name: str, site: Site) -> list:
         """The bindings of `name` that may hold at `site`: reaching ones in its scope, else every
         binding in the nearest enclosing scope that has one (a closure or a global is read later)."""

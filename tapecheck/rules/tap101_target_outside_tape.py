@@ -212,7 +212,7 @@ def _forward_pass_outside(facts):
         scope = facts.scope_of(tape.site)
         fn = model.functions.get(scope)
         params = set(fn.params) if fn is not None else set()
-        inside = {a.target for a in facts.assigns if facts.records(tape, a.site)}
+        inside = {a.target for a in model.assigns_in(scope) if facts.records(tape, a.site)}
 
         def origin_of(name, inside=inside, before=before, params=params):
             if from_sources(name):
