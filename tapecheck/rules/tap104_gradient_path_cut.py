@@ -222,6 +222,20 @@ def star_error(y_true, y_pred):
 model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
 model.compile(optimizer="adam", loss=star_error)
 """,
+    # a subclassed model whose call rounds its output, trained by fit
+    """
+import keras
+import tensorflow as tf
+class Counter(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.d = keras.layers.Dense(1)
+    def call(self, x):
+        return tf.round(self.d(x))  # expect: TAP104
+net = Counter()
+net.compile(optimizer="adam", loss="mse")
+net.fit(features, counts, epochs=3)
+""",
     # a hard mask by comparison: a bool has no gradient
     """
 import tensorflow as tf
@@ -344,20 +358,30 @@ def check(facts):
     yield from _compiled(model, reported)
 
 
+def _cut_of(model, fn, origin, call, reported):
+    """The cut through which `fn`'s return depends on `origin` only, and the site to report it at
+    (the call here, for a cut in another file); None when there is none or it was reported."""
+    summary = model.summary(fn)
+    cut = summary.returns.only_cut(origin) if summary is not None else None
+    if cut is None:
+        return None
+    if fn.model is not model and not cut.file:
+        cut = type(cut)(cut.site, cut.what, cut.function, cut.calls, fn.model.facts.path)
+    site = _where(model.facts, cut, call.site)
+    if site in reported:
+        return None
+    reported.add(site)
+    return cut, site
+
+
 def _compiled(model, reported):
     """Losses given to `compile` and subclassed models trained by `fit`: Keras records them on its own tape."""
     facts = model.facts
     for compile_call, fn, y_pred in model.compiled_losses():
-        summary = model.summary(fn)
-        cut = summary.returns.only_cut(y_pred) if summary is not None else None
-        if cut is None:
+        found = _cut_of(model, fn, y_pred, compile_call, reported)
+        if found is None:
             continue
-        if fn.model is not model and not cut.file:
-            cut = type(cut)(cut.site, cut.what, cut.function, cut.calls, fn.model.facts.path)
-        site = _where(facts, cut, compile_call.site)
-        if site in reported:
-            continue
-        reported.add(site)
+        cut, site = found
         through = f" through {cut.path(facts.path)}" if cut.calls else ""
         yield report(
             facts, site, CODE,
@@ -372,16 +396,10 @@ def _compiled(model, reported):
         fn = model.resolve_instance_method(call.receiver, call.site, "call")
         if fn is None or not fn.bound or not model.is_keras(fn.owner):
             continue
-        summary = model.summary(fn)
-        cut = summary.returns.only_cut(fn.self_name) if summary is not None else None
-        if cut is None:
+        found = _cut_of(model, fn, fn.self_name, call, reported)
+        if found is None:
             continue
-        if fn.model is not model and not cut.file:
-            cut = type(cut)(cut.site, cut.what, cut.function, cut.calls, fn.model.facts.path)
-        site = _where(facts, cut, call.site)
-        if site in reported:
-            continue
-        reported.add(site)
+        cut, site = found
         yield report(
             facts, site, CODE,
             f"{_in(cut, fn.qualname, facts.path)} has no gradient, and `{fn.owner.name}.call` depends on the layer's variables "
