@@ -67,3 +67,8 @@ def test_a_persistent_tape_kept_on_the_trainer_stays_alive_with_its_recording():
     good = run("good", "tape_kept_on_trainer.py", 3)
     assert bad == (1, [True])  # the last step's tape, still recording-capable, held by the trainer
     assert good == (0, [])
+
+
+def test_a_sign_activation_leaves_the_weights_where_they_were():
+    assert run("bad", "binary_activation.py", 5) == 0.0  # zero gradients: applied, and nothing moves
+    assert run("good", "binary_activation.py", 5) > 0.01

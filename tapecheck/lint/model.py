@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tapecheck.lint.facts import Block, Call, Compare, FileFacts, Site
 from tapecheck.lint.queries import (
@@ -42,8 +42,11 @@ NO_GRADIENT_OPS = frozenset(
         "tensorflow.argmax", "tensorflow.argmin", "tensorflow.math.argmax", "tensorflow.math.argmin",
         "tensorflow.round", "tensorflow.math.round",
         "keras.ops.argmax", "keras.ops.argmin", "keras.ops.round",
+        "tensorflow.floor", "tensorflow.math.floor", "tensorflow.math.ceil", "keras.ops.floor", "keras.ops.ceil",
     }
 )
+# Ops whose gradient is zero everywhere (not None): the weights behind them never move, silently.
+ZERO_GRADIENT_OPS = frozenset({"tensorflow.sign", "tensorflow.math.sign", "keras.ops.sign"})
 CASTS = frozenset({"tensorflow.cast", "tensorflow.dtypes.cast", "keras.ops.cast"})
 PYTHON_CASTS = frozenset({"float", "int", "round"})
 INTEGER_DTYPE = re.compile(r"(u?int(8|16|32|64)|bool)")
@@ -99,7 +102,7 @@ def cuts(facts: FileFacts, call: Call) -> bool:
         return True
     if call.func.kind == "name" and call.func.text in PYTHON_CASTS and call.func.text not in facts.imports:
         return True
-    if callee in NO_GRADIENT_OPS:
+    if callee in NO_GRADIENT_OPS or callee in ZERO_GRADIENT_OPS:
         return True
     if callee in CASTS:
         dtype = call.arg(1, "dtype")
@@ -120,10 +123,11 @@ class Cut:
     calls: tuple[tuple[str, int, str], ...] = ()  # from the traced scope inward: (callee, line of its call, file)
     file: str = ""  # the file holding the cut
     entry: Site | None = None  # the outermost call, in the scope traced
+    zero: bool = False  # the op's gradient is zero (`tf.sign`), not None
 
     def through(self, callee: str, call: Site, file: str) -> "Cut":
-        return Cut(self.site, self.what, self.function or callee, ((callee, call.line, file), *self.calls),
-                   self.file or file, call)
+        return replace(self, function=self.function or callee, calls=((callee, call.line, file), *self.calls),
+                       file=self.file or file, entry=call)
 
     def path(self, reporting: str = "") -> str:
         """"`loss_fn` (called at line 31), then `weighted` (called at line 12)"; lines of other files name them."""
@@ -792,7 +796,7 @@ class Tracer:
                 elif isinstance(call, Compare):
                     value.cut_all(Cut(call.site, f"the comparison `{call.operator}`"))
                 elif cuts(facts, call):
-                    value.cut_all(Cut(call.site, describe(call)))
+                    value.cut_all(Cut(call.site, describe(call), zero=callee_of(facts, call) in ZERO_GRADIENT_OPS))
                 else:
                     value = self._through(call, order, value)
                 if value.empty():
@@ -819,7 +823,7 @@ class Tracer:
         cut = returns.cuts.get(param)
         if cut is not None:
             if fn.model is not model and not cut.file:
-                cut = Cut(cut.site, cut.what, cut.function, cut.calls, fn.model.facts.path)
+                cut = replace(cut, file=fn.model.facts.path)
             value.cut_all(cut.through(fn.qualname, call.site, model.facts.path))
             return value
         return Flow()  # this argument does not reach the return value

@@ -41,6 +41,7 @@ dy_dx = tape.gradient(y, x)  # [2.0, 4.0, 6.0]
 '''
 
 from tapecheck.lint.model import model_of
+from tapecheck.lint.queries import is_metadata
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP103"
@@ -107,6 +108,15 @@ def f(helper):
 ]
 
 INVALID = [
+    # a tensor made by arithmetic on a constant is still a plain tensor
+    """
+import tensorflow as tf
+base = tf.constant([1.0, 2.0])
+scaled = base * 2.0 + 1.0
+with tf.GradientTape() as tape:
+    out = tf.reduce_sum(scaled ** 2)
+g = tape.gradient(out, scaled)  # expect: TAP103
+""",
     # a manual update rebinds the variable to a tensor: None from the second pass on
     """
 import tensorflow as tf
@@ -175,6 +185,22 @@ def _kind_of(value) -> str:
 
 
 
+def _kind_of_binding(model, assign, depth: int = 0) -> str:
+    """`_kind_of` its value; for arithmetic (`scaled = base * 2.0 + 1.0`), a tensor when every name it
+    reads is one (and no variable), followed a few bindings back. '' when unknown."""
+    kind = _kind_of(assign.value)
+    if kind or assign.value is None or assign.value.kind != "binop" or depth > 3:
+        return kind
+    uses = [u for u in model.spans.uses_in(assign.span) if not is_metadata(u.name)]
+    if not uses or model.spans.calls_in(assign.span):
+        return ""
+    for use in uses:
+        bindings = model.value_assigns(use.name, assign.site)
+        if not bindings or {_kind_of_binding(model, b, depth + 1) for b in bindings} != {"tensor"}:
+            return ""
+    return "tensor"
+
+
 def _not_trainable(value) -> bool:
     flag = value.keywords.get("trainable") if value is not None else None
     return flag is not None and flag.value is False and flag.kind in ("constant", "name")
@@ -220,7 +246,7 @@ def check(facts):
             if source.kind != "name" or source.text in watched:
                 continue
             reaching = model.value_assigns(source.text, call.site)
-            kinds = {_kind_of(a.value) for a in reaching}
+            kinds = {_kind_of_binding(model, a) for a in reaching}
             rebound = model.loop_rebinding(source.text, call.site) if kinds == {"variable"} else None
             if kinds == {"tensor"}:
                 what = "a plain tensor"

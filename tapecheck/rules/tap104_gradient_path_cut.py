@@ -5,9 +5,10 @@ Follows the values computed inside a tape's `with` block from the sources (the
 model, the variables asked for) to the gradient target (the loss). It flags the
 place where every path is cut by an operation that has no gradient: `.numpy()`,
 a NumPy call (`np.mean`, `np.array`...), `float()`, `int()`, `round()`, a
-comparison (`pred > 0.5`, a hard mask),
-`tf.cast` to an integer or boolean dtype, `argmax`/`argmin`/`round`, or a Python
-`if` on a tensor that picks a constant.
+comparison (`pred > 0.5`, a hard mask), `tf.cast` to an integer or boolean
+dtype, `argmax`/`argmin`/`round`/`floor`/`ceil`, or a Python `if` on a tensor
+that picks a constant; and `tf.sign`, whose gradient is zero rather than None:
+the weights behind it never move, and nothing warns.
 
 The program model follows the path into the functions the tape calls: a helper
 of the file or of another module of the project (`from losses import focal`), a
@@ -58,6 +59,8 @@ def train_step(model, optimizer, x, y):
 '''
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from tapecheck.lint.model import model_of
 from tapecheck.lint.queries import method_of
@@ -200,6 +203,15 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # tf.sign: a zero gradient, not None; the weights never move and nothing warns
+    """
+import tensorflow as tf
+def step(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(tf.sign(model(x, training=True)) - y))  # expect: TAP104
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # the cut is in a helper the tape calls: reported there, with the path
     """
 import numpy as np
@@ -320,6 +332,16 @@ def _in(cut, fn_name: str, path: str) -> str:
     return f"{cut.what} in `{cut.function or fn_name}` ({cut.at(path)})"
 
 
+def _has(cut) -> str:
+    return "has a zero gradient" if cut.zero else "has no gradient"
+
+
+def _consequence(cut, gradient: str) -> str:
+    if cut.zero:
+        return f"{gradient} returns zeros for every variable: the weights never move, and nothing warns"
+    return f"{gradient} returns None for every variable"
+
+
 def _where(facts, cut, fallback):
     """The site to report: the cut itself, or, for a cut in another file, the call here that reaches it."""
     if cut.file and cut.file != facts.path:
@@ -343,15 +365,15 @@ def check(facts):
         if cut is None or _where(facts, cut, call.site) in reported:
             continue
         reported.add(_where(facts, cut, call.site))
-        consequence = f"`{tape.name}.gradient` (line {call.site.line}) returns None for every variable"
+        consequence = _consequence(cut, f"`{tape.name}.gradient` (line {call.site.line})")
         if not cut.function:
             message = (
-                f"{cut.what} has no gradient, and `{target.text}` depends on the sources only through it: "
+                f"{cut.what} {_has(cut)}, and `{target.text}` depends on the sources only through it: "
                 + consequence
             )
         else:
             message = (
-                f"{_in(cut, '', facts.path)} has no gradient, and `{target.text}` depends on the sources only "
+                f"{_in(cut, '', facts.path)} {_has(cut)}, and `{target.text}` depends on the sources only "
                 f"through it; the tape reaches it through {cut.path(facts.path)}: " + consequence
             )
         yield report(facts, _where(facts, cut, call.site), CODE, message, HINT)
@@ -366,7 +388,7 @@ def _cut_of(model, fn, origin, call, reported):
     if cut is None:
         return None
     if fn.model is not model and not cut.file:
-        cut = type(cut)(cut.site, cut.what, cut.function, cut.calls, fn.model.facts.path)
+        cut = replace(cut, file=fn.model.facts.path)
     site = _where(model.facts, cut, call.site)
     if site in reported:
         return None
@@ -385,9 +407,10 @@ def _compiled(model, reported):
         through = f" through {cut.path(facts.path)}" if cut.calls else ""
         yield report(
             facts, site, CODE,
-            f"{_in(cut, fn.qualname, facts.path)} has no gradient, and the loss `{fn.qualname}` depends on `{y_pred}` only "
+            f"{_in(cut, fn.qualname, facts.path)} {_has(cut)}, and the loss `{fn.qualname}` depends on `{y_pred}` only "
             f"through it{through}: `fit` runs it as the loss given to `compile` (line {compile_call.site.line}), "
-            "every gradient is None and training fails with \"No gradients provided for any variable\"",
+            + ("every gradient is zero and the weights never move, silently" if cut.zero else
+               "every gradient is None and training fails with \"No gradients provided for any variable\""),
             HINT,
         )
     for call in model.spans.calls:
@@ -402,7 +425,7 @@ def _compiled(model, reported):
         cut, site = found
         yield report(
             facts, site, CODE,
-            f"{_in(cut, fn.qualname, facts.path)} has no gradient, and `{fn.owner.name}.call` depends on the layer's variables "
+            f"{_in(cut, fn.qualname, facts.path)} {_has(cut)}, and `{fn.owner.name}.call` depends on the layer's variables "
             f"only through it: `fit` (line {call.site.line}) gets None for every gradient of `{call.receiver}`",
             HINT,
         )
