@@ -109,6 +109,16 @@ NOT_TENSORS = frozenset({"self", "cls"})
 PYTHON_ANNOTATIONS = frozenset({"int", "float", "bool", "str"})
 
 VALID = [
+    # a helper given only Python values prints them: once per trace, as meant
+    """
+import tensorflow as tf
+def announce(name, step):
+    print("tracing", name, "at", step)
+@tf.function
+def train_step(model, x, step: int):
+    announce("train_step", step)
+    return tf.reduce_mean(model(x))
+""",
     # Python values and a trace marker: printed once on purpose, or never tensors
     """
 import tensorflow as tf
@@ -173,6 +183,23 @@ def eager_step(model, opt, x, y):
 ]
 
 INVALID = [
+    # a helper the traced step calls runs while tracing too
+    """
+import numpy as np
+import tensorflow as tf
+def log_step(tag, loss):
+    print(tag, loss)  # expect: TAP501
+    return loss
+def augment(images):
+    return images * np.random.uniform(0.8, 1.2)  # expect: TAP501
+@tf.function
+def train_step(model, opt, images, labels):
+    images = augment(images)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(images, training=True) - labels))
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    return log_step("train", loss)
+""",
     """
 import random
 import tensorflow as tf
@@ -213,12 +240,13 @@ def _graph_functions(facts) -> dict[int, str]:
     }
 
 
-def _tensor_names(facts, spans, function_id) -> set[str]:
-    """Parameters of the function and the names computed from them or from TensorFlow calls."""
+def _tensor_names(facts, spans, function_id, params=None) -> set[str]:
+    """Parameters of the function (those in `params`, when given) and the names computed from them
+    or from TensorFlow calls."""
     names = {
         a.target for a in facts.assigns
         if a.kind == "param" and facts.scope_of(a.site) == function_id and a.target not in NOT_TENSORS
-        and a.annotation not in PYTHON_ANNOTATIONS
+        and a.annotation not in PYTHON_ANNOTATIONS and (params is None or a.target in params)
     }
     local = sorted(
         (a for a in facts.assigns if a.kind in ("assign", "augassign") and facts.scope_of(a.site) == function_id),
@@ -299,11 +327,43 @@ def check(facts):
         return
     spans = spans_of(facts)
     islands = [call_span(c) for c in facts.calls if callee_of(facts, c) in EAGER_ISLANDS]
-    for function_id, name in functions.items():
-        names = _tensor_names(facts, spans, function_id)
+    traced = {function_id: (f"in `@tf.function` `{name}`", None) for function_id, name in functions.items()}
+    pending = list(traced)
+    names_of: dict[int, set[str]] = {}
+    model = model_of(facts)
+    while pending:  # the functions a traced function calls are traced too, while it traces
+        function_id = pending.pop(0)
+        params = traced[function_id][1]
+        names = names_of[function_id] = _tensor_names(facts, spans, function_id, params)
         for call in facts.calls:
             if facts.scope_of(call.site) != function_id or any(within(call.site.order, s) for s in islands):
                 continue
             found = _finding(facts, spans, call, names)
             if found is not None:
-                yield report(facts, call.site, CODE, f"in `@tf.function` `{name}`: {found[0]}", found[1])
+                yield report(facts, call.site, CODE, f"{traced[function_id][0]}: {found[0]}", found[1])
+            callee = model.resolve(call)
+            if callee is None or callee.block.id in traced or callee.model is not model:
+                continue
+            root = traced[function_id][0].split("`")[-2]
+            traced[callee.block.id] = (
+                f"in `{callee.qualname}`, which `{root}` calls at line {call.site.line} while tf.function traces it",
+                _tensor_params(model, call, callee, names),
+            )
+            pending.append(callee.block.id)
+
+
+def _tensor_params(model, call, callee, names) -> set[str]:
+    """The parameters of `callee` this call gives a tensor: a tensor name of the caller, or a
+    TensorFlow call. Python values (a string, a step count) stay Python values."""
+    params = set()
+    for key, start, end in call.arg_spans:
+        uses = model.spans.uses_in((start, end))
+        calls = model.spans.calls_in((start, end))
+        tensor = any(u.name.split(".", 1)[0] in names for u in uses) or any(
+            callee_of(model.facts, c).startswith(("tensorflow.", "keras.")) for c in calls
+        )
+        order = uses[0].site.order if uses else (calls[0].site.order if calls else None)
+        param = model.parameter(call, callee, order) if order is not None else None
+        if tensor and param:
+            params.add(param)
+    return params
