@@ -72,3 +72,10 @@ def test_a_persistent_tape_kept_on_the_trainer_stays_alive_with_its_recording():
 def test_a_sign_activation_leaves_the_weights_where_they_were():
     assert run("bad", "binary_activation.py", 5) == 0.0  # zero gradients: applied, and nothing moves
     assert run("good", "binary_activation.py", 5) > 0.01
+
+
+def test_numpy_randomness_in_a_helper_of_a_traced_step_is_drawn_once():
+    bad = run("bad", "traced_augment_helper.py", 4)
+    good = run("good", "traced_augment_helper.py", 4)
+    assert len(set(bad)) == 1  # frozen into the graph at trace time
+    assert len(set(good)) == 4
