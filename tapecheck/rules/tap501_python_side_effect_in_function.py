@@ -84,9 +84,12 @@ TF_IMPORT = re.compile(
 
 def screen(source: bytes) -> bool:
     """`tf.function` through any spelling the rule resolves: `tensorflow.function`,
-    `tf.compat.v2.function`, an alias (`import tensorflow as tf2`), `from tensorflow import function`."""
+    `tf.compat.v2.function`, an alias (`import tensorflow as tf2`), `from tensorflow import function`;
+    or a `.map(` of a `tf.data` dataset."""
     if b"tensorflow" not in source:
         return False
+    if b"data" in source and re.search(rb"\.[\s\\]*map[\s\\]*\(", source):
+        return True  # a function mapped over a tf.data dataset is traced
     for statement in TF_IMPORT.finditer(source):
         text = statement.group(0)
         if text.startswith(b"from") and b"function" in statement.group(1):
@@ -109,6 +112,15 @@ NOT_TENSORS = frozenset({"self", "cls"})
 PYTHON_ANNOTATIONS = frozenset({"int", "float", "bool", "str"})
 
 VALID = [
+    # pandas' Series.map runs the function eagerly, for each value
+    """
+import numpy as np
+import pandas as pd
+def noisy(value):
+    return value * np.random.uniform(0.9, 1.1)
+frame = pd.read_csv("data.csv")
+frame["x"] = frame["x"].map(noisy)
+""",
     # a helper given only Python values prints them: once per trace, as meant
     """
 import tensorflow as tf
@@ -183,6 +195,14 @@ def eager_step(model, opt, x, y):
 ]
 
 INVALID = [
+    # Dataset.map traces its function: the NumPy draw happens once
+    """
+import numpy as np
+import tensorflow as tf
+def augment(image, label):
+    return image * np.random.uniform(0.8, 1.2), label  # expect: TAP501
+train = tf.data.Dataset.from_tensor_slices((images, labels)).map(augment).batch(32)
+""",
     # a helper the traced step calls runs while tracing too
     """
 import numpy as np
@@ -227,11 +247,25 @@ val_step = tf.function(val_step)
 ]
 
 
+def _dataset_map(facts, call) -> bool:
+    """`<a tf.data dataset>.map(fn)`: the receiver is a name bound to, or a chain starting with, a
+    `tf.data` call (so a pandas `Series.map` is not mistaken for it)."""
+    if method_of(call) != "map":
+        return False
+    if call.receiver:
+        return any(a.value is not None and a.value.kind == "call" and a.value.callee.startswith("tensorflow.data.")
+                   for a in facts.reaching_assigns(call.receiver, call.site))
+    first_arg = min((start for _, start, _ in call.arg_spans), default=call.end_order)
+    spans = spans_of(facts)
+    return any(callee_of(facts, c).startswith("tensorflow.data.") for c in spans.calls_in((call.site.order, first_arg)))
+
+
 def _graph_functions(facts) -> dict[int, str]:
-    """Function blocks that run traced: decorated with tf.function, or wrapped by it."""
+    """Function blocks that run traced: decorated with tf.function, wrapped by it, or mapped
+    over a `tf.data` dataset (Dataset.map traces its function)."""
     wrapped = set()
     for call in facts.calls:
-        if callee_of(facts, call) in TF_FUNCTIONS and call.args and call.args[0].text:
+        if (callee_of(facts, call) in TF_FUNCTIONS or _dataset_map(facts, call)) and call.args and call.args[0].text:
             wrapped.add(call.args[0].text.rsplit(".", 1)[-1])
     return {
         block.id: block.name
