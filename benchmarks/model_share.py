@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     files, _ = discover(paths)
     clock = time.process_time
     facts_s = model_s = rules_s = 0.0
+    per_rule: dict[str, float] = {}
     parsed = 0
     for path in files:
         if not path.endswith(".py"):
@@ -54,7 +55,9 @@ def main(argv=None) -> int:
         built = clock()
         for rule in RULES:
             if rule.check is not None:
+                before = clock()
                 list(rule.check(facts))
+                per_rule[rule.code] = per_rule.get(rule.code, 0.0) + clock() - before
         end = clock()
         parsed += 1
         facts_s += middle - start
@@ -66,6 +69,8 @@ def main(argv=None) -> int:
     print(f"model built:               {model_s:7.2f} s CPU  ({model_s / facts_s:.3f}x the facts)")
     print(f"rules (querying it):       {rules_s:7.2f} s CPU  ({rules_s / facts_s:.3f}x the facts)")
     print(f"model + rules share of the run: {(model_s + rules_s) / total:.1%}")
+    slowest = sorted(per_rule.items(), key=lambda item: -item[1])[:6]
+    print("slowest rules: " + ", ".join(f"{code} {seconds:.2f} s" for code, seconds in slowest))
     return 0
 
 

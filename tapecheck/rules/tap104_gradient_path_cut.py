@@ -60,6 +60,8 @@ def train_step(model, optimizer, x, y):
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import replace
 
 from tapecheck.lint.model import model_of
@@ -72,9 +74,24 @@ SUMMARY = "inside the tape, every path from the sources to the loss goes through
 PROBE = True
 
 
+# `loss=` given something not a string (a string names a Keras loss: nothing to read), or a
+# second positional argument of `compile` that is a name.
+LOSS_VALUE = re.compile(rb"\bloss[ \t]*=[ \t\\\n]*[^\s\"'#]")
+POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_]")
+
+
+COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
+
+
+def _compiles_a_loss(source: bytes) -> bool:
+    if b"compile" not in source or COMPILE_CALL.search(source) is None:
+        return False
+    return LOSS_VALUE.search(source) is not None or POSITIONAL_LOSS.search(source) is not None
+
+
 def screen(source: bytes) -> bool:
     """A tape here, or a loss given to `compile` (Keras records it on its own tape)."""
-    return b"GradientTape" in source or (b".compile(" in source and b"loss" in source)
+    return b"GradientTape" in source or _compiles_a_loss(source)
 
 HINT = (
     "Keep the path from the model to the loss in TensorFlow ops that have gradients "

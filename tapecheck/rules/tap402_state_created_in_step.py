@@ -50,6 +50,8 @@ def train(model, dataset, loss_fn):
 
 from __future__ import annotations
 
+import re
+
 import os
 
 from tapecheck.lint.facts import GRADIENT_METHODS
@@ -63,9 +65,24 @@ SUMMARY = "an optimizer, metric or `tf.Variable` is created anew at every traini
 PROBE = True
 
 
+# `loss=` given something not a string (a string names a Keras loss: nothing to read), or a
+# second positional argument of `compile` that is a name.
+LOSS_VALUE = re.compile(rb"\bloss[ \t]*=[ \t\\\n]*[^\s\"'#]")
+POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_]")
+
+
+COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
+
+
+def _compiles_a_loss(source: bytes) -> bool:
+    if b"compile" not in source or COMPILE_CALL.search(source) is None:
+        return False
+    return LOSS_VALUE.search(source) is not None or POSITIONAL_LOSS.search(source) is not None
+
+
 def screen(source: bytes) -> bool:
     """A tape here, or a loss given to `compile` (Keras records it on its own tape)."""
-    return (b"apply_gradients" in source or b"GradientTape" in source) or (b".compile(" in source and b"loss" in source)
+    return (b"apply_gradients" in source or b"GradientTape" in source) or _compiles_a_loss(source)
 
 
 VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})

@@ -65,6 +65,8 @@ def train_step(noise, real, d_loss_fn, g_loss_fn):
 
 from __future__ import annotations
 
+import re
+
 import dataclasses
 
 from tapecheck.lint.model import Function, Klass, model_of
@@ -75,7 +77,12 @@ CODE = "TAP404"
 NAME = "optimizer-shared-across-variable-sets"
 SUMMARY = "one optimizer is given two different sets of variables (a GAN's two nets): Keras 3 raises `Unknown variable`"
 PROBE = True
-TRIGGERS = (b"apply",)  # `apply_gradients(` or `apply(`
+APPLY = re.compile(rb"\.[\s\\]*apply[\s\\]*\(")
+
+
+def screen(source: bytes) -> bool:
+    """`apply_gradients`, or an `.apply(` call in a file that mentions an optimizer."""
+    return b"apply_gradients" in source or (b"ptimizer" in source and APPLY.search(source) is not None)
 
 SAME_LIST = {"trainable_weights": "trainable_variables", "weights": "variables"}
 SETUP_METHODS = frozenset({"__init__", "build", "compile"})

@@ -88,7 +88,7 @@ def screen(source: bytes) -> bool:
     or a `.map(` of a `tf.data` dataset."""
     if b"tensorflow" not in source:
         return False
-    if b"data" in source and re.search(rb"\.[\s\\]*map[\s\\]*\(", source):
+    if b"data." in source and re.search(rb"\.[\s\\]*map[\s\\]*\(", source):
         return True  # a function mapped over a tf.data dataset is traced
     for statement in TF_IMPORT.finditer(source):
         text = statement.group(0)
