@@ -82,14 +82,3 @@ class FileError:
     def format(self) -> str:
         return f"{self.path}: error: {self.message}"
 
-
-def one_cause_one_finding(found: list, codes=None) -> list:
-    """Drop a finding that a rule's `SUBSUMES` says another one at the same place already explains
-    (TAP101's target computed outside the tape is also why TAP102's source is unseen). Lint and
-    the probe both apply it, so they agree. `codes`: the rules that ran (default: all)."""
-    from tapecheck.rules import RULES
-
-    subsumes = {rule.code: set(getattr(rule.module, "SUBSUMES", ())) for rule in RULES
-                if codes is None or rule.code in codes}
-    covered = {(f.path, f.line, code) for f in found for code in subsumes.get(f.code, ())}
-    return [f for f in found if (f.path, f.line, f.code) not in covered] if covered else found

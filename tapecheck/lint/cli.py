@@ -143,7 +143,7 @@ def _run(paths, options) -> int:
     from tapecheck.lint.config import Overrides, Settings
     from tapecheck.lint.engine import LintError, Report
     from tapecheck.lint.files import discover
-    from tapecheck.lint.output import Outcome, render, sort_key, use_color
+    from tapecheck.lint.output import Outcome, plural, render, sort_key, use_color
     from tapecheck.lint.output import statistics as statistics_table
     from tapecheck.lint.config import for_keras, keras_version
     from tapecheck.lint.parallel import collecting_keras2_markers, lint_files, lint_stdin
@@ -250,7 +250,7 @@ def _run(paths, options) -> int:
                 printer.note(error.format())
             would = len(diffs)
             if not options.quiet:
-                printer.note(f"Would fix {would} file{'' if would == 1 else 's'}." if would else "No fixes available.")
+                printer.note(f"Would fix {plural(would, 'file')}." if would else "No fixes available.")
             return 1 if diffs or outcome.errors else 0
         if options.statistics:
             for error in outcome.errors:
@@ -283,6 +283,7 @@ def _add_noqa(findings, outcome, printer, quiet: bool) -> int:
     """`--add-noqa`: a `# noqa: CODE` comment on each line with a finding, files replaced atomically."""
     from tapecheck.findings import FileError
     from tapecheck.lint.noqa import NoqaError, add_noqa
+    from tapecheck.lint.output import plural
 
     by_path: dict[str, list] = {}
     for finding in findings:
@@ -306,7 +307,7 @@ def _add_noqa(findings, outcome, printer, quiet: bool) -> int:
         for error in errors:
             printer.note(error.format())
         if not quiet:
-            printer.note(f"Added {added} noqa directive{'' if added == 1 else 's'}.")
+            printer.note(f"Added {plural(added, 'noqa directive')}.")
     finally:
         printer.close()
     return 1 if errors else 0

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from tapecheck.findings import FileError, Finding, one_cause_one_finding
-from tapecheck.rules import RULES, Rule
+from tapecheck.findings import FileError, Finding
+from tapecheck.rules import RULES, Rule, one_cause_one_finding
 
 MAX_FILE_BYTES = 10 * 1024 * 1024  # larger files are generated code, not training loops
 

@@ -408,13 +408,7 @@ class ProgramModel:
             klass = self._self_class(head, site)
             if klass is None:
                 return []
-            found = []
-            for cls in self.bases(klass):
-                for fn in self.functions.values():
-                    if fn.owner is cls and fn.bound:
-                        target = f"{fn.self_name}.{attribute}"
-                        found += [a for a in self._assigns_by_scope.get(fn.block.id, ()) if a.target == target]
-            assigns = found
+            assigns = [assign for assign, _ in self.attribute_assigns(klass, attribute)]
         elif attribute:
             return []
         else:
@@ -517,6 +511,16 @@ class ProgramModel:
             return fn.owner
         return None
 
+    def attribute_assigns(self, klass: Block, attribute: str) -> list:
+        """Every `self.<attribute> = ...` in the methods of `klass` and its local bases, with the method."""
+        found = []
+        for cls in self.bases(klass):
+            for fn in self.functions.values():
+                if fn.owner is cls and fn.bound:
+                    target = f"{fn.self_name}.{attribute}"
+                    found.extend((a, fn) for a in self._assigns_by_scope.get(fn.block.id, ()) if a.target == target)
+        return found
+
     def attribute(self, klass: Block, attribute: str, depth: int = 0):
         """What `self.<attribute>` holds in every method of `klass`: one value, or None."""
         key = (klass.id, attribute)
@@ -524,15 +528,9 @@ class ProgramModel:
             return self._attributes[key]
         self._attributes[key] = None  # while computing: unknown
         values = {}
-        for cls in self.bases(klass):
-            for fn in self.functions.values():
-                if fn.owner is not cls or not fn.bound:
-                    continue
-                target = f"{fn.self_name}.{attribute}"
-                for assign in self._assigns_by_scope.get(fn.block.id, ()):
-                    if assign.target == target:
-                        value = self._value_of(assign, depth + 1)
-                        values[id(value)] = value
+        for assign, _ in self.attribute_assigns(klass, attribute):
+            value = self._value_of(assign, depth + 1)
+            values[id(value)] = value
         result = next(iter(values.values())) if len(values) == 1 else None
         self._attributes[key] = result
         return result

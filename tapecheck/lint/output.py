@@ -45,7 +45,7 @@ def sort_key(finding: Finding):
     return (finding.path, finding.cell or 0, finding.line, finding.col, finding.code, finding.message)
 
 
-def _plural(count: int, word: str) -> str:
+def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
@@ -161,13 +161,13 @@ def fixable_line(outcome: "Outcome") -> str | None:
 
 
 def summary_line(outcome: "Outcome") -> str:
-    summary = f"{_plural(len(outcome.findings), 'finding')} in {_plural(outcome.files_checked, 'file')}"
+    summary = f"{plural(len(outcome.findings), 'finding')} in {plural(outcome.files_checked, 'file')}"
     if outcome.fixed:
         summary += f" ({outcome.fixed} fixed)"
     if outcome.unused:
-        summary += f"; {_plural(len(outcome.unused), 'unused suppression')}"
+        summary += f"; {plural(len(outcome.unused), 'unused suppression')}"
     if outcome.errors:
-        summary += f"; {_plural(len(outcome.errors), 'file')} could not be linted"
+        summary += f"; {plural(len(outcome.errors), 'file')} could not be linted"
     return summary + "."
 
 
@@ -237,7 +237,7 @@ def fixed_summary(outcome: Outcome) -> list[str]:
     for finding in outcome.fixed_findings:
         by_path.setdefault(finding.path, Counter())[finding.code] += 1
     total = sum(sum(counts.values()) for counts in by_path.values())
-    lines = [f"Fixed {_plural(total, 'finding')}:"]
+    lines = [f"Fixed {plural(total, 'finding')}:"]
     for path in sorted(by_path):
         lines.append(f"- {path}:")
         for code, count in sorted(by_path[path].items()):

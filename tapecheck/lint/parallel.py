@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import stat as stat_module
 from collections.abc import Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -58,34 +59,24 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _dependency_stat(deps) -> str:
+def _dependency_stat(deps, stamps: dict[str, str]) -> str:
     """The project files a file imports, by path, size and modification time: its results depend
-    on what the program model read in them. Unknown (an entry from before): never a hit."""
+    on what the program model read in them. Unknown (an entry from before): never a hit.
+    `stamps` keeps each file's stamp for the run: a module many files import is stat'ed once."""
     if deps is None:
         return "\0deps?" + os.urandom(8).hex()
     parts = []
     for dependency in deps:
-        try:
-            st = os.stat(dependency)
-            parts.append(f"{dependency}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
-        except OSError:
-            parts.append(f"{dependency}:?")
+        stamp = stamps.get(dependency)
+        if stamp is None:
+            try:
+                st = os.stat(dependency)
+                stamp = f"{dependency}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+            except OSError:
+                stamp = f"{dependency}:?"
+            stamps[dependency] = stamp
+        parts.append(stamp)
     return "\0" + "\0".join(parts)
-
-
-def _dependency_stamps(path: str, source: bytes) -> bytes:
-    """The contents of the project files `path` imports: a file's findings depend on what the
-    program model read in them (a loss or a model defined in another module)."""
-    from tapecheck.lint.model import dependencies
-
-    stamps = []
-    for dependency in dependencies(path, source):
-        try:
-            with open(dependency, "rb") as handle:
-                stamps.append(b"\0" + dependency.encode("utf-8", "surrogateescape") + b"\0" + handle.read())
-        except OSError:
-            stamps.append(b"\0" + dependency.encode("utf-8", "surrogateescape") + b"\0?")
-    return b"".join(stamps)
 
 
 def _needs_parse(path: str, source: bytes, rules: Sequence[Rule]) -> bool:
@@ -211,8 +202,6 @@ def _stat(path: str):
         status = os.stat(path)
     except OSError:
         return None
-    import stat as stat_module
-
     return status if stat_module.S_ISREG(status.st_mode) else None
 
 
@@ -239,6 +228,7 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
     if build_index and project.current() is None and any(getattr(r.module, "PROJECT", False) for r in rules):
         index = project.ProjectIndex()
     results: list[Report | None] = [None] * len(paths)
+    dependency_stamps: dict[str, str] = {}
     record_deps: dict[str, list | None] = {}
     admitted: list[tuple[int, str, bytes | None, str]] = []  # index, path, source (None: unread), digest
     for position, path in enumerate(paths):
@@ -283,7 +273,7 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
         for position, path, source, digest in admitted:
             key = None
             if cache:
-                key = cache.key_for(path, digest + _dependency_stat(record_deps.get(path)))
+                key = cache.key_for(path, digest + _dependency_stat(record_deps.get(path), dependency_stamps))
                 hit = cache.get(key, path)
                 if hit is not None:
                     results[position] = Report(findings=hit[0], errors=hit[1], files_checked=1)

@@ -36,7 +36,7 @@ class Probe:
         from tapecheck.lint.suppressions import apply_suppressions
         from tapecheck.probe.notebook import relocate
 
-        from tapecheck.findings import one_cause_one_finding
+        from tapecheck.rules import one_cause_one_finding
 
         return one_cause_one_finding(apply_suppressions(relocate(self.collector.findings())))
 

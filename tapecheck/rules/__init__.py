@@ -66,3 +66,17 @@ RULES_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 def get_rule(code_or_name: str) -> Rule | None:
     key = code_or_name.strip()
     return RULES_BY_CODE.get(key.upper()) or RULES_BY_NAME.get(key.lower())
+
+
+_SUBSUMES = {rule.code: frozenset(rule.module.SUBSUMES) for rule in RULES if getattr(rule.module, "SUBSUMES", ())}
+
+
+def one_cause_one_finding(found: list, codes=None) -> list:
+    """Drop a finding that a rule's `SUBSUMES` says another one at the same place already explains
+    (TAP101's target computed outside the tape is also why TAP102's source is unseen). Lint and
+    the probe both apply it, so they agree. `codes`: the rules that ran (default: all)."""
+    subsumes = {code: covered for code, covered in _SUBSUMES.items() if codes is None or code in codes}
+    if not subsumes:
+        return found
+    covered = {(f.path, f.line, code) for f in found for code in subsumes.get(f.code, ())}
+    return [f for f in found if (f.path, f.line, f.code) not in covered] if covered else found

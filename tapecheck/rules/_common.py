@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tapecheck.findings import Finding
 from tapecheck.lint.model import KERAS_ROOTS, is_keras_class, keras_member  # noqa: F401 (shared with the rules)
 
@@ -31,3 +33,17 @@ def metric_bindings(facts) -> dict[str, list]:
             if is_keras_class(value.callee, "metrics") or value.callee in local_classes:
                 found.setdefault(assign.target, []).append(assign)
     return found
+
+
+# `loss=` given something not a string (a string names a Keras loss: nothing to read), or a
+# second positional argument of `compile` that is a name.
+LOSS_VALUE = re.compile(rb"\bloss[ \t]*=[ \t\\\n]*[^\s\"'#]")
+POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_]")
+COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
+
+
+def compiles_a_loss(source: bytes) -> bool:
+    """A screen for rules that read losses given to `compile` (TAP104, TAP402)."""
+    if b"compile" not in source or COMPILE_CALL.search(source) is None:
+        return False
+    return LOSS_VALUE.search(source) is not None or POSITIONAL_LOSS.search(source) is not None

@@ -50,6 +50,7 @@ grads = tape.gradient(z, [w, b])  # [2.0, 1.0]
 '''
 
 from tapecheck.lint.model import model_of
+from tapecheck.lint.queries import prefixes
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP101"
@@ -206,7 +207,7 @@ def _forward_pass_outside(facts):
             continue  # sources named one by one: TAP102 judges where they are used
 
         def from_sources(name):
-            return any(name == root or name.startswith(root + ".") for root in owners)
+            return not owners.isdisjoint(prefixes(name))
 
         before = model.flow_before(tape, lambda name: {SOURCES} if from_sources(name) else set())
         scope = facts.scope_of(tape.site)
@@ -265,17 +266,16 @@ def _caller_passing_the_model(model, fn, param, owners, scope):
     """A call of `fn` whose argument for `param` runs a model that `fn` asks gradients of (the same
     global name in both places), outside any tape there."""
     facts = model.facts
-    local = {a.target for a in facts.assigns if facts.scope_of(a.site) == scope}
+    local = {a.target for a in model.assigns_in(scope)}
     shared = {o for o in owners if o.partition(".")[0] not in local}
     if not shared:
         return None
     for caller in model.callers(fn):
         for key, start, end in caller.arg_spans:
-            order = next((u.site.order for u in model.spans.uses_in((start, end))), None)
-            if order is None or model.parameter(caller, fn, order) != param:
+            uses = model.spans.uses_in((start, end))
+            if not uses or model.parameter(caller, fn, uses[0].site.order) != param:
                 continue
-            names = {u.name for u in model.spans.uses_in((start, end))}
-            if any(n == o or n.startswith(o + ".") for n in names for o in shared):
+            if any(not shared.isdisjoint(prefixes(u.name)) for u in uses):
                 if not any(facts.records(t, caller.site) for t in facts.tapes):
                     return caller
     return None

@@ -216,10 +216,6 @@ def _computes_tensor(value) -> bool:
     return value.kind == "call" and value.callee.startswith("tensorflow.") and value.callee not in VARIABLE_CLASSES
 
 
-def _watched_in_loop(facts, tape) -> bool:
-    return bool(facts.tape_calls(tape, {"watch"}))
-
-
 def check(facts):
     model = model_of(facts)
     for call, tape in facts.gradient_calls():
@@ -261,7 +257,7 @@ def check(facts):
                     f"Make it trainable, or call `{tape.name}.watch({source.text})` inside the `with` block.",
                 )
                 continue
-            elif rebound is not None and _computes_tensor(rebound.value) and not _watched_in_loop(facts, tape):
+            elif rebound is not None and _computes_tensor(rebound.value) and not watches:
                 yield report(
                     facts, call.site, CODE,
                     f"`{source.text}` is rebound to a tensor at line {rebound.site.line} (a manual update), "

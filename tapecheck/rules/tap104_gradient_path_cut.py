@@ -60,13 +60,12 @@ def train_step(model, optimizer, x, y):
 
 from __future__ import annotations
 
-import re
 
 from dataclasses import replace
 
 from tapecheck.lint.model import model_of
-from tapecheck.lint.queries import method_of
-from tapecheck.rules._common import report
+from tapecheck.lint.queries import method_of, prefixes
+from tapecheck.rules._common import compiles_a_loss, report
 
 CODE = "TAP104"
 NAME = "gradient-path-cut"
@@ -74,24 +73,9 @@ SUMMARY = "inside the tape, every path from the sources to the loss goes through
 PROBE = True
 
 
-# `loss=` given something not a string (a string names a Keras loss: nothing to read), or a
-# second positional argument of `compile` that is a name.
-LOSS_VALUE = re.compile(rb"\bloss[ \t]*=[ \t\\\n]*[^\s\"'#]")
-POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_]")
-
-
-COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
-
-
-def _compiles_a_loss(source: bytes) -> bool:
-    if b"compile" not in source or COMPILE_CALL.search(source) is None:
-        return False
-    return LOSS_VALUE.search(source) is not None or POSITIONAL_LOSS.search(source) is not None
-
-
 def screen(source: bytes) -> bool:
     """A tape here, or a loss given to `compile` (Keras records it on its own tape)."""
-    return b"GradientTape" in source or _compiles_a_loss(source)
+    return b"GradientTape" in source or compiles_a_loss(source)
 
 HINT = (
     "Keep the path from the model to the loss in TensorFlow ops that have gradients "
@@ -339,7 +323,7 @@ def _tape_flow(model, tape, call, roots):
     """The flow of the gradient target from the sources, over the assignments the tape recorded."""
 
     def origin_of(name):
-        return {SOURCES} if any(name == root or name.startswith(root + ".") for root in roots) else set()
+        return {SOURCES} if not roots.isdisjoint(prefixes(name)) else set()
 
     return model.tape_flow(tape, call, origin_of)
 

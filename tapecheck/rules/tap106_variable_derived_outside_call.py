@@ -177,8 +177,8 @@ def _weight_attributes(pm, klass) -> dict[str, int]:
     for fn in pm.functions.values():
         if fn.owner is None or fn.owner.id not in blocks or not fn.bound:
             continue
-        for assign in pm.facts.assigns:
-            if pm.facts.scope_of(assign.site) != fn.block.id or not assign.target.startswith(fn.self_name + "."):
+        for assign in pm.assigns_in(fn.block.id):
+            if not assign.target.startswith(fn.self_name + "."):
                 continue
             if _makes_variable(pm, assign.value, fn.self_name, assign.span):
                 found.setdefault("self." + assign.target[len(fn.self_name) + 1:], assign.site.line)
@@ -219,7 +219,7 @@ def _normalise(name: str, self_name: str) -> str:
 
 def _method_assigns(pm, fn):
     return sorted(
-        (a for a in pm.facts.assigns if pm.facts.scope_of(a.site) == fn.block.id),
+        pm.assigns_in(fn.block.id),
         key=lambda a: a.site.order,
     )
 
@@ -239,7 +239,7 @@ def check(facts):
         assigned_elsewhere = {
             _normalise(a.target, fn.self_name)
             for fn in methods if fn.name not in SETUP
-            for a in facts.assigns if facts.scope_of(a.site) == fn.block.id
+            for a in pm.assigns_in(fn.block.id)
         }
         for fn in methods:
             if fn.name in SETUP:
@@ -302,7 +302,7 @@ def _first_use(pm, users, target: str):
     facts = pm.facts
     for fn in users:
         name = fn.self_name + target[len("self"):]
-        rebinds = [a.site.order for a in facts.assigns if a.target == name and facts.scope_of(a.site) == fn.block.id]
+        rebinds = [a.site.order for a in pm.assigns_in(fn.block.id) if a.target == name]
         for use in pm.spans.uses:
             if facts.scope_of(use.site) != fn.block.id:
                 continue

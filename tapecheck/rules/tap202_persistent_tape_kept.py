@@ -164,30 +164,29 @@ TRACED = frozenset({"tensorflow.function", "tensorflow.compat.v2.function"})
 
 def _kept(facts, tape):
     """Where a persistent tape is handed to something that outlives the step: `self.x = tape`,
-    `tapes.append(tape)`, `tapes[k] = tape`. (site, holder) or None."""
+    `tapes.append(tape)`, `tapes[k] = tape`. (site, holder's name, how to say it) or None."""
     scope = facts.scope_of(tape.site)
     for assign in facts.assigns:
         value = assign.value
         if (assign.kind == "assign" and value is not None and value.kind == "name" and value.text == tape.name
                 and assign.target.startswith("self.") and facts.scope_of(assign.site) == scope
                 and facts.tape_for(tape.name, assign.site) is tape):
-            return assign.site, f"`{assign.target}`"
+            return assign.site, assign.target, f"`{assign.target}`"
     for store in facts.stores:
         value = store.value
         if value.kind == "name" and value.text == tape.name and facts.scope_of(store.site) == scope \
                 and facts.tape_for(tape.name, store.site) is tape:
-            return store.site, f"the container `{store.target}`"
+            return store.site, store.target, f"the container `{store.target}`"
     for call in facts.calls:
         if call.method in ("append", "add", "insert", "setdefault") and call.args and facts.scope_of(call.site) == scope:
-            last = call.args[-1] if call.method != "setdefault" else call.args[-1]
+            last = call.args[-1]
             if last.kind == "name" and last.text == tape.name and facts.tape_for(tape.name, call.site) is tape:
-                return call.site, f"the container `{call.receiver}`"
+                return call.site, call.receiver, f"the container `{call.receiver}`"
     return None
 
 
-def _released(facts, holder: str) -> bool:
+def _released(facts, name: str) -> bool:
     """`del self.tape`, `self.tape = None` or a container cleared somewhere in the file."""
-    name = holder.strip("`").removeprefix("the container `")
     if any(d.target == name for d in facts.deletes):
         return True
     if any(a.target == name and a.value is not None and a.value.kind == "name" and a.value.text == "None"
@@ -202,12 +201,12 @@ def check(facts):
             kept = _kept(facts, tape)
             scope = facts.blocks[facts.scope_of(tape.site)]
             if kept is not None and not set(scope.decorators) & TRACED and not _released(facts, kept[1]):
-                site, holder = kept
+                site, _, holder = kept
                 yield report(
                     facts, site, CODE,
                     f"persistent `{tape.name}` (line {tape.site.line}) is kept in {holder}: the object keeps the "
                     "tape, and every tensor it recorded, alive after the step",
-                    f"Keep the gradients, not the tape; or `del` it (or set it to None) when done.",
+                    "Keep the gradients, not the tape; or `del` it (or set it to None) when done.",
                 )
                 continue
         if tape.persistent is not True or not tape.name or "." in tape.name or facts.tape_escapes(tape):

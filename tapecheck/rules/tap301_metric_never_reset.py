@@ -70,6 +70,7 @@ you think of as the epoch.
 '''
 
 import re
+from typing import NamedTuple
 
 from tapecheck.lint.model import model_of
 from tapecheck.rules._common import metric_bindings, report
@@ -220,13 +221,13 @@ def check(facts):
         finding, through = _first_epoch_read(facts, model, reads, updates)
         if finding is None:
             continue
-        epoch_scope = through[3] if through is not None else facts.scope_of(finding.site)
+        epoch_scope = through.scope if through is not None else facts.scope_of(finding.site)
         once = [c for c in own_resets if _runs_once(facts, c, epoch_scope)]
         if len(once) != len(own_resets):
             continue  # reset where it can run per epoch
         if once and not all(c.site.order < _loop_start(facts, finding, through) for c in once):
             continue
-        where = "here" if through is None else f"here, in `{through[0]}`, called in a loop at line {through[1]}"
+        where = "here" if through is None else f"here, in `{through.helper}`, called in a loop at line {through.line}"
         reset = (f"is reset only once, at line {once[0].site.line}, before the epoch loop"
                  if once else "is never reset")
         yield report(
@@ -245,7 +246,7 @@ def _runs_once(facts, reset, epoch_scope: int) -> bool:
 def _loop_start(facts, read, through) -> int:
     """An order before every event of the epoch loop (the read's outermost loop, or the caller's)."""
     if through is not None:
-        return through[2]
+        return through.order
     loops = facts.loops_between(None, read.site)
     inside = [c.site.order for c in facts.calls if facts.inside(c.site, loops[0])]
     return min(inside, default=read.site.order)
@@ -294,6 +295,15 @@ def _first_epoch_read(facts, model, reads, updates):
     return None, None
 
 
+class Through(NamedTuple):
+    """A read in a helper, and the call of it in a loop elsewhere that makes it run per epoch."""
+
+    helper: str
+    line: int  # of the call
+    order: int  # of the call
+    scope: int  # the scope of the loop that calls it
+
+
 def _called_from_a_loop(facts, model, read, updates):
     fn = model.functions.get(facts.scope_of(read.site))
     if fn is None:
@@ -304,5 +314,5 @@ def _called_from_a_loop(facts, model, read, updates):
         return None  # the helper does not accumulate a whole pass before it reads
     for caller in model.callers(fn):
         if facts.loops_between(None, caller.site) and facts.scope_of(caller.site) != scope:
-            return fn.qualname, caller.site.line, caller.site.order, facts.scope_of(caller.site)
+            return Through(fn.qualname, caller.site.line, caller.site.order, facts.scope_of(caller.site))
     return None

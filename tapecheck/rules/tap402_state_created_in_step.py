@@ -50,13 +50,12 @@ def train(model, dataset, loss_fn):
 
 from __future__ import annotations
 
-import re
 
 import os
 
 from tapecheck.lint.facts import GRADIENT_METHODS
-from tapecheck.rules._common import is_keras_class, report
-from tapecheck.lint.model import model_of
+from tapecheck.rules._common import compiles_a_loss, is_keras_class, report
+from tapecheck.lint.model import VARIABLE_CLASSES, model_of
 from tapecheck.lint.queries import callee_of, method_of
 
 CODE = "TAP402"
@@ -65,27 +64,11 @@ SUMMARY = "an optimizer, metric or `tf.Variable` is created anew at every traini
 PROBE = True
 
 
-# `loss=` given something not a string (a string names a Keras loss: nothing to read), or a
-# second positional argument of `compile` that is a name.
-LOSS_VALUE = re.compile(rb"\bloss[ \t]*=[ \t\\\n]*[^\s\"'#]")
-POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_]")
-
-
-COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
-
-
-def _compiles_a_loss(source: bytes) -> bool:
-    if b"compile" not in source or COMPILE_CALL.search(source) is None:
-        return False
-    return LOSS_VALUE.search(source) is not None or POSITIONAL_LOSS.search(source) is not None
-
-
 def screen(source: bytes) -> bool:
     """A tape here, or a loss given to `compile` (Keras records it on its own tape)."""
-    return (b"apply_gradients" in source or b"GradientTape" in source) or _compiles_a_loss(source)
+    return b"apply_gradients" in source or b"GradientTape" in source or compiles_a_loss(source)
 
 
-VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
 STEP_DECORATORS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function"})
 NOT_STEPS = frozenset({"__init__", "build", "__call__", "call"})
 KERAS_STEPS = frozenset({"train_step", "test_step"})  # `fit` and `evaluate` call these per batch
@@ -245,14 +228,8 @@ def _step_loops(facts, work, steps) -> dict[int, int]:
     return loops
 
 
-def _guarded(facts, site, outer: int) -> bool:
-    """Inside an `if` (or a try/except) between `outer` and the site: made on some passes only."""
-    chain = facts.chain(site.block)
-    start = chain.index(outer) if outer in chain else 0
-    return any(facts.blocks[b].kind in ("if", "else", "except", "match") for b in chain[start:])
-
-
 def check(facts):
+    model = model_of(facts)
     local_metrics = {
         block.name for block in facts.blocks
         if block.kind == "class" and any(is_keras_class(base, "metrics") for base in block.bases)
@@ -267,25 +244,24 @@ def check(facts):
         scope = facts.scope_of(call.site)
         chain = facts.chain(call.site.block)
         where = ""
-        if scope in steps and not _guarded(facts, call.site, scope):
+        if scope in steps and not model.guarded(call.site, scope):
             where = f"inside the step function `{steps[scope]}`"
         else:
             for loop in reversed(chain):
-                if loop in loops and facts.blocks[loop].scope == scope and not _guarded(facts, call.site, loop):
+                if loop in loops and facts.blocks[loop].scope == scope and not model.guarded(call.site, loop):
                     where = f"inside the loop that runs a training step each pass (line {loops[loop]})"
                     break
         if where:
             reported.add(call.site)
             yield report(facts, call.site, CODE, f"`{call.func.text}` is created {where}: {WHY[kind]}", HINT)
-    yield from _in_helpers(facts, steps, loops, reported)
+    yield from _in_helpers(facts, model, steps, loops, reported)
 
 
 TRACED = "it raises ValueError (tf.function only supports singleton tf.Variables created on the first call)"
 
 
-def _in_helpers(facts, steps, loops, reported):
+def _in_helpers(facts, model, steps, loops, reported):
     """State made by a function of this file that a step, a step loop or a compiled loss calls each time."""
-    model = model_of(facts)
     for call in model.spans.calls:
         if call.site.in_comprehension:
             continue

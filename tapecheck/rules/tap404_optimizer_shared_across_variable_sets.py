@@ -222,13 +222,7 @@ def _self_class(model, head, site):
 
 def _attribute_assigns(model, klass, attribute):
     """Every `self.<attribute> = ...` in the methods of `klass` (and its local bases)."""
-    found = []
-    for cls in model.bases(klass):
-        for fn in model.functions.values():
-            if fn.owner is cls and fn.bound:
-                target = f"{fn.self_name}.{attribute}"
-                found.extend((a, fn) for a in model._assigns_by_scope.get(fn.block.id, ()) if a.target == target)
-    return found
+    return model.attribute_assigns(klass, attribute)
 
 
 def _enclosing_scopes(facts, scope):
@@ -246,10 +240,10 @@ def _outer_binding(model, name, site):
     """The one binding of `name` in an enclosing scope (a global, a closure), made once."""
     facts = model.facts
     scope = facts.scope_of(site)
-    if any(a.target == name for a in model._assigns_by_scope.get(scope, ())):
+    if any(a.target == name for a in model.assigns_in(scope)):
         return None
     for outer in _enclosing_scopes(facts, scope):
-        found = [a for a in model._assigns_by_scope.get(outer, ()) if a.target == name]
+        found = [a for a in model.assigns_in(outer) if a.target == name]
         if not found:
             continue
         everywhere = [a for a in facts.assigns if a.target == name and a.kind != "param"]
@@ -450,7 +444,7 @@ def _is_optimizer_construction(model, receiver, site) -> bool:
 
 
 # -- when the two calls meet the same object ------------------------------------------------
-def _same_object(facts, first, second, persistent, bound_at):
+def _same_object(facts, first, second, bound_at):
     """Both calls see one optimizer object, `first` before `second` at least once."""
     if facts.dominates(first.site, second.site):
         return True
@@ -514,7 +508,7 @@ def check(facts):
                 _, persistent, bound_at = found
                 same_scope = facts.scope_of(one.site) == facts.scope_of(other.site)
                 if same_scope:
-                    if not _same_object(facts, one, other, persistent, bound_at):
+                    if not _same_object(facts, one, other, bound_at):
                         continue
                     order = [(one, one_set, other, other_set)]
                     if not facts.dominates(one.site, other.site):

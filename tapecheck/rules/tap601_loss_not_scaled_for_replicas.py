@@ -76,7 +76,7 @@ No automatic fix: the global batch size is the program's to name.
 
 from __future__ import annotations
 
-from tapecheck.lint.model import Instance, keras_member, model_of
+from tapecheck.lint.model import Function, Instance, Klass, keras_member, model_of
 from tapecheck.lint.queries import METADATA_CALLS, callee_of, method_of
 from tapecheck.rules._common import report
 
@@ -358,7 +358,7 @@ def _makes_keras_model(facts, model, call, depth=0) -> bool:
     ):
         return True
     made = model.binding(call.func.text, call.site) if call.func.kind == "name" else None
-    if made is not None and hasattr(made, "block") and made.block.kind == "class":
+    if isinstance(made, Klass):
         return model.is_keras(made, "layers")
     fn = model.resolve(call)
     if fn is None or fn.model is not model or depth > 2:
@@ -490,7 +490,7 @@ def _steps(facts, model):
         if fn_expr is None or fn_expr.kind not in ("name", "attribute") or not fn_expr.text:
             continue
         fn = model.binding(fn_expr.text, call.site)
-        if fn is not None and hasattr(fn, "params") and fn.model is model:
+        if isinstance(fn, Function) and fn.model is model:
             yield fn, call
 
 
