@@ -79,3 +79,13 @@ def test_numpy_randomness_in_a_helper_of_a_traced_step_is_drawn_once():
     good = run("good", "traced_augment_helper.py", 4)
     assert len(set(bad)) == 1  # frozen into the graph at trace time
     assert len(set(good)) == 4
+
+
+def test_a_model_trained_without_its_own_training_flag_never_drops_out():
+    assert run("bad", "own_training_flag.py") is False  # two "training" passes are identical
+    assert run("good", "own_training_flag.py") is True
+
+
+def test_the_training_flag_finding_names_the_models_own_flag():
+    (finding,) = lint_file(str(ROOT / "bad" / "own_training_flag.py")).findings
+    assert "`is_training=True`" in finding.message and "is_training=True" in finding.hint

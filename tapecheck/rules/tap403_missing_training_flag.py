@@ -309,15 +309,12 @@ def _model_of(facts, call, local, models) -> str:
     return models.get(text, "")
 
 
-def _training_arg(model, call):
-    """The argument that sets the mode: `training=`, or the flag a local model's `call` passes on
-    as `training=` under its own name (`def call(self, x, is_training=False)`)."""
-    training = call.arg(1, "training")
-    if training is not None:
-        return training
+def _flags(model, call) -> list[str]:
+    """The keywords that set the mode of the called model: `training`, or the flag a local model's
+    `call` passes on as `training=` under its own name (`def call(self, x, is_training=False)`)."""
     fn = model.resolve(call)
     if fn is None:
-        return None
+        return ["training"]
     facts = model.facts
     flags = set()
     for inner in model.spans.calls:
@@ -325,8 +322,17 @@ def _training_arg(model, call):
             value = inner.keywords.get("training")
             if value is not None and value.kind == "name" and value.text in fn.params:
                 flags.add(value.text)
+    return sorted(flags - {"training"}) or ["training"]
+
+
+def _training_arg(model, call, flags):
+    """The argument the call gives for the mode, by keyword or by position, or None."""
+    training = call.arg(1, "training")
+    if training is not None or flags == ["training"]:
+        return training
+    fn = model.resolve(call)
     positional = fn.params[1:] if fn.bound else fn.params
-    for flag in sorted(flags):
+    for flag in flags:
         if flag in call.keywords:
             return call.keywords[flag]
         index = positional.index(flag)
@@ -348,7 +354,9 @@ def check(facts):
         where = _model_of(facts, call, local, models)
         if not where:
             continue
-        training = _training_arg(model, call)
+        flags = _flags(model, call)
+        flag = flags[0]
+        training = _training_arg(model, call, flags)
         name = call.func.text
         if training is None:
             tapes = [t for t in facts.tapes if facts.records(t, call.site)]
@@ -356,9 +364,9 @@ def check(facts):
                 yield report(
                     facts, call.site, CODE,
                     f"`{name}` has Dropout/BatchNormalization layers ({where}) and is trained here without "
-                    "`training=True`: Keras runs it in inference mode, so dropout is off and batch-norm "
+                    f"`{flag}=True`: Keras runs it in inference mode, so dropout is off and batch-norm "
                     "statistics never update",
-                    f"Call `{name}(..., training=True)` inside the tape.",
+                    f"Call `{name}(..., {flag}=True)` inside the tape.",
                 )
         elif training.value is True:
             function = facts.blocks[facts.scope_of(call.site)]
@@ -371,7 +379,7 @@ def check(facts):
                 yield report(
                     facts, call.site, CODE,
                     f"`{name}` has Dropout/BatchNormalization layers ({where}) and is called with "
-                    f"`training=True` in `{function.name}`: validation results become random and "
+                    f"`{flag}=True` in `{function.name}`: validation results become random and "
                     "batch-norm statistics learn from validation data",
-                    f"Call `{name}(..., training=False)` when validating.",
+                    f"Call `{name}(..., {flag}=False)` when validating.",
                 )
