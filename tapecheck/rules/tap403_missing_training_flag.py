@@ -91,6 +91,23 @@ MODEL_CLASSES = frozenset(
 VALIDATION_STEP = re.compile(r"(val|valid|validation|validate|eval|evaluate|evaluation|test)_step|(val|valid|validate|eval|evaluate)(_\w+)?")
 
 VALID = [
+    # a prediction helper used only outside any tape: inference mode is right
+    """
+import tensorflow as tf
+from tensorflow.keras import layers
+class Trainer:
+    def __init__(self):
+        self.model = tf.keras.Sequential([layers.Dense(16), layers.Dropout(0.3), layers.Dense(1)])
+        self.opt = tf.keras.optimizers.Adam()
+    def predict(self, x):
+        return self.model(x)
+    def step(self, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.model(x, training=True) - y))
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.opt.apply_gradients(zip(grads, self.model.trainable_variables))
+        return self.predict(x)
+""",
     # the model's call passes its own flag on as training=; Dropout in one model says nothing of another
     """
 import keras
@@ -165,6 +182,24 @@ def step(opt, x, y):
 ]
 
 INVALID = [
+    # the forward pass in a helper method the tape calls
+    """
+import tensorflow as tf
+from tensorflow.keras import layers
+class Trainer:
+    def __init__(self):
+        self.model = tf.keras.Sequential([layers.Dense(16), layers.Dropout(0.3), layers.Dense(1)])
+        self.opt = tf.keras.optimizers.Adam()
+    def forward(self, x):
+        return self.model(x)  # expect: TAP403
+    def step(self, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.forward(x) - y))
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.opt.apply_gradients(zip(grads, self.model.trainable_variables))
+    def predict(self, x):
+        return self.forward(x)
+""",
     # the model's own flag, left out in the training step
     """
 import keras
@@ -309,6 +344,22 @@ def _model_of(facts, call, local, models) -> str:
     return models.get(text, "")
 
 
+def _helper_in_a_tape(facts, model, spans, call, name) -> str:
+    """", in `forward`, which the tape at line N calls": the model call is in a function (a method
+    of the same class for `self.` names) that a tape training that model calls. "" otherwise."""
+    fn = model.functions.get(facts.scope_of(call.site))
+    if fn is None:
+        return ""
+    for caller in model.callers(fn):
+        if name.startswith("self.") and model.functions.get(facts.scope_of(caller.site)) is not None \
+                and model.functions[facts.scope_of(caller.site)].owner is not fn.owner:
+            continue  # another class's `self`
+        for tape in facts.tapes:
+            if facts.records(tape, caller.site) and _trained_by(facts, spans, tape, name):
+                return f", in `{fn.qualname}`, which the tape calls at line {caller.site.line},"
+    return ""
+
+
 def _flags(model, call) -> list[str]:
     """The keywords that set the mode of the called model: `training`, or the flag a local model's
     `call` passes on as `training=` under its own name (`def call(self, x, is_training=False)`)."""
@@ -360,11 +411,13 @@ def check(facts):
         name = call.func.text
         if training is None:
             tapes = [t for t in facts.tapes if facts.records(t, call.site)]
-            if any(_trained_by(facts, spans, t, name) for t in tapes):
+            trained = any(_trained_by(facts, spans, t, name) for t in tapes)
+            through = "" if trained or tapes else _helper_in_a_tape(facts, model, spans, call, name)
+            if trained or through:
                 yield report(
                     facts, call.site, CODE,
-                    f"`{name}` has Dropout/BatchNormalization layers ({where}) and is trained here without "
-                    f"`{flag}=True`: Keras runs it in inference mode, so dropout is off and batch-norm "
+                    f"`{name}` has Dropout/BatchNormalization layers ({where}) and is trained here{through} "
+                    f"without `{flag}=True`: Keras runs it in inference mode, so dropout is off and batch-norm "
                     "statistics never update",
                     f"Call `{name}(..., {flag}=True)` inside the tape.",
                 )
