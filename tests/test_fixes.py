@@ -167,6 +167,19 @@ def test_no_del_where_it_is_not_simple(source):
     assert "GradientTape(persistent=True)" in fixed and "del tape" not in fixed
 
 
+def test_a_tape_handed_to_a_helper_twice_is_made_persistent_and_released():
+    from tapecheck.rules import get_rule
+
+    source = get_rule("TAP201").invalid[0]
+    assert "apply_grads(tape, loss_b" in source
+    result = fix_source(source.encode(), "t.py")
+    fixed = result.fixed.decode()
+    assert result.fixed_count == 1
+    assert "GradientTape(persistent=True) as tape" in fixed
+    assert fixed.rstrip().endswith("apply_grads(tape, loss_b, head_b, opt_b)  # expect: TAP201\n    del tape")
+    assert not [f for f in lint_source(fixed, "t.py") if f.code == "TAP201"]
+
+
 def run(*args):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 

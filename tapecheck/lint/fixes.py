@@ -243,9 +243,14 @@ def _del_after_last_use(tree: _Tree, tape, maker_call) -> Edit | None:
 
 def _fix_tap201(tree: _Tree, finding: Finding) -> Fix | None:
     call = tree.fact_call(finding)
-    if call is None or not call.receiver:
+    if call is None:
         return None
-    tape = tree.facts.tape_for(call.receiver, call.site)
+    tape = tree.facts.tape_for(call.receiver, call.site) if call.receiver else None
+    for arg in (*call.args, *call.keywords.values()) if tape is None else ():
+        # the tape handed to a helper that asks it for gradients
+        tape = tree.facts.tape_for(arg.text, call.site) if arg.kind == "name" else None
+        if tape is not None:
+            break
     node = _tape_call(tree, tape) if tape is not None else None
     if node is None or any(arg.star for arg in node.args):
         return None

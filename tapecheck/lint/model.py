@@ -31,7 +31,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 
-from tapecheck.lint.facts import Block, Call, Compare, FileFacts, Site
+from tapecheck.lint.facts import GRADIENT_METHODS, Block, Call, Compare, FileFacts, Site
 from tapecheck.lint.queries import (
     METADATA_CALLS, call_span, callee_of, is_metadata, method_of, prefixes, spans_of, variable_owner,
 )
@@ -229,10 +229,32 @@ class Creation:
     entry: Site | None = None  # then: the call, in the file asking, that leads there
 
 
+@dataclass(frozen=True, slots=True)
+class TapeUse:
+    """A use of a tape's recording: `tape.gradient(...)` itself, or a call handing the tape to a
+    function that asks it for gradients (`path`: the calls to that `gradient`, outermost first)."""
+
+    call: Call
+    path: tuple[tuple[str, int], ...] = ()  # (function, line of the call it makes next)
+    file: str = ""  # set when the `gradient` call is in another file
+
+    def where(self) -> str:
+        """"in `apply_grads` (line 9)", with the functions between when there are (`gradient` asked in
+        `_grads`, reached through `_clipped`); "" for a direct call. Lines of other files name them."""
+        if not self.path:
+            return ""
+        function, line = self.path[-1]
+        place = f"line {line}" + (f" of {os.path.basename(self.file)}" if self.file else "")
+        between = "" if self.file else ", ".join(f"`{name}` (line {at})" for name, at in self.path[:-1])
+        return f"in `{function}` ({place})" + (f", called from {between}" if between else "")
+
+
 @dataclass(slots=True)
 class Summary:
     returns: Flow = field(default_factory=Flow)  # origins: parameter names
     creates: list[Creation] = field(default_factory=list)
+    # parameter -> the calls down to a `gradient` asked of it on every call (a tape handed in)
+    gradients: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
 
 class ProgramModel:
@@ -606,6 +628,7 @@ class ProgramModel:
         for call in self.spans.calls:
             if facts.scope_of(call.site) != key or call.site.in_comprehension or self.guarded(call.site, key):
                 continue
+            self._asks_gradients(fn, call, summary)
             kind = self.state_kind(call)
             if kind:
                 summary.creates.append(Creation(call.site, kind, call.func.text, fn.qualname))
@@ -622,6 +645,55 @@ class ProgramModel:
                         for c in inner.creates
                     )
         return summary
+
+    def _asks_gradients(self, fn: Function, call: Call, summary: Summary) -> None:
+        """Note in `summary` a `gradient` asked of a parameter of `fn` by `call`, directly or by a callee."""
+        if call.method in GRADIENT_METHODS and call.receiver in fn.params and call.receiver not in summary.gradients:
+            summary.gradients[call.receiver] = ((fn.qualname, call.site.line),)
+            return
+        for param, path, _ in self.handed_tapes(call, set(fn.params) - set(summary.gradients)):
+            summary.gradients[param] = ((fn.qualname, call.site.line), *path)
+
+    def handed_tapes(self, call: Call, names):
+        """(name, path, file) for each of `names` that `call` hands, as a plain argument, to a function
+        whose summary asks that parameter for gradients."""
+        if not names or not call.args and not call.keywords:
+            return
+        callee = None
+        for position, (key, _, end) in enumerate(call.arg_spans):
+            value = call.keywords.get(key) if isinstance(key, str) else (call.args[key] if 0 <= key < len(call.args) else None)
+            if value is None or value.kind != "name" or value.text not in names:
+                continue
+            if callee is None:
+                callee = self.resolve(call)
+                if callee is None:
+                    return
+                inner = self.summary(callee)
+                if inner is None or not inner.gradients:
+                    return
+            param = self.parameter(call, callee, end)
+            path = inner.gradients.get(param) if param else None
+            if path:
+                yield value.text, path, callee.model.facts.path if callee.model is not self else ""
+
+    def tape_uses(self, tape) -> list[TapeUse]:
+        """Each use of `tape`'s recording in its scope, in source order: its own `gradient`/`jacobian`
+        calls, and the calls that hand it to a function asking it for gradients on every call."""
+        facts = self.facts
+        uses = [TapeUse(call) for call in facts.tape_calls(tape, GRADIENT_METHODS)]
+        if tape.name and "." not in tape.name:
+            scope = facts.scope_of(tape.site)
+            for call in self.spans.calls:
+                if call.method in GRADIENT_METHODS or facts.scope_of(call.site) != scope:
+                    continue
+                if not any(a.kind == "name" and a.text == tape.name for a in (*call.args, *call.keywords.values())):
+                    continue
+                if facts.tape_for(tape.name, call.site) is not tape:
+                    continue
+                for _, path, file in self.handed_tapes(call, {tape.name}):
+                    uses.append(TapeUse(call, path, file))
+                    break
+        return sorted(uses, key=lambda use: use.call.site.order)
 
     def guarded(self, site: Site, outer: int) -> bool:
         """Inside an `if`/`else`/`except`/`case` between block `outer` and the site: on some passes only."""

@@ -51,7 +51,7 @@ made it, adds `del tape` after that statement. It is safe: the code no longer
 raises, and computes the same gradients.
 '''
 
-from tapecheck.lint.facts import GRADIENT_METHODS
+from tapecheck.lint.model import model_of
 from tapecheck.rules._common import report
 
 CODE = "TAP201"
@@ -95,6 +95,37 @@ def gan_step(gen, disc, noise, real):
     d = disc_tape.gradient(d_loss, disc.trainable_variables)
     return g, d
 """,
+    # a helper that asks the tape only on some calls, or only logs it: cannot tell, stay silent
+    """
+import tensorflow as tf
+def maybe_grads(tape, loss, variables, enabled):
+    if enabled:
+        return tape.gradient(loss, variables)
+    return None
+def describe(tape):
+    print("tape", id(tape))
+def step(model, x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(model(x, training=True))
+    describe(tape)
+    g = tape.gradient(loss, model.trainable_variables)
+    extra = maybe_grads(tape, loss, model.trainable_variables, False)
+    return g, extra
+""",
+    # a persistent tape handed to a helper twice
+    """
+import tensorflow as tf
+def grads_of(tape, loss, model):
+    return tape.gradient(loss, model.trainable_variables)
+def step(a, b, x):
+    with tf.GradientTape(persistent=True) as tape:
+        la = tf.reduce_mean(a(x, training=True))
+        lb = tf.reduce_mean(b(x, training=True))
+    ga = grads_of(tape, la, a)
+    gb = grads_of(tape, lb, b)
+    del tape
+    return ga, gb
+""",
     # the same name bound to a fresh tape
     """
 import tensorflow as tf
@@ -110,6 +141,38 @@ def two(model, x):
 ]
 
 INVALID = [
+    # the second `gradient` is asked in a helper the step hands the tape to
+    """
+import tensorflow as tf
+def apply_grads(tape, loss, model, opt):
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+def train_step(encoder, head_a, head_b, x, opt_a, opt_b):
+    with tf.GradientTape() as tape:
+        features = encoder(x, training=True)
+        loss_a = tf.reduce_mean(head_a(features, training=True))
+        loss_b = tf.reduce_mean(head_b(features, training=True))
+    apply_grads(tape, loss_a, head_a, opt_a)
+    apply_grads(tape, loss_b, head_b, opt_b)  # expect: TAP201
+""",
+    # a trainer's method, asked through another method
+    """
+import tensorflow as tf
+class Trainer:
+    def _grads(self, tape, loss):
+        return tape.gradient(loss, self.model.trainable_variables)
+    def _clipped(self, grad_tape, loss):
+        grads = self._grads(grad_tape, loss)
+        return [tf.clip_by_norm(g, 1.0) for g in grads]
+    def step(self, x, y):
+        with tf.GradientTape() as tape:
+            out = self.model(x, training=True)
+            loss = self.loss_fn(y, out)
+            aux = tf.reduce_mean(out)
+        main = tape.gradient(loss, self.model.trainable_variables)
+        extra = self._clipped(tape, aux)  # expect: TAP201
+        return main, extra
+""",
     """
 import tensorflow as tf
 def per_variable(model, x):
@@ -135,15 +198,24 @@ def _exits_after(facts, call) -> bool:
     return any(e.site.block == call.site.block and e.site.order > call.site.order and e.kind != "continue" for e in facts.exits)
 
 
+def _asked(use) -> str:
+    """`, in `apply_grads` (line 9)` for a use through a helper, else ""."""
+    where = use.where()
+    return f", {where}" if where else ""
+
+
 def check(facts):
+    model = model_of(facts)
     for tape in facts.tapes:
         if tape.persistent is not False or not tape.name:
             continue
-        calls = facts.tape_calls(tape, GRADIENT_METHODS)
+        uses = model.tape_uses(tape)
         # `with tape:` entered again gives the tape a fresh recording
         reentries = [facts.blocks[b] for b in tape.with_blocks]
         label = f"`{tape.name}`"
-        for index, call in enumerate(calls):
+        hint = f"Make {label} with `persistent=True` (and `del {tape.name}` after the last call), or ask for all gradients in one call."
+        for index, use in enumerate(uses):
+            call = use.call
             # loops that do not enter the tape again on each pass
             loops = [
                 loop for loop in facts.loops_between(tape.site, call.site)
@@ -153,20 +225,21 @@ def check(facts):
                 where = "in a comprehension" if call.site.in_comprehension and not loops else f"in the loop at line {facts.blocks[loops[0]].line}"
                 yield report(
                     facts, call.site, CODE,
-                    f"non-persistent {label} (made at line {tape.site.line}) is asked for gradients {where}: "
+                    f"non-persistent {label} (made at line {tape.site.line}) is asked for gradients {where}{_asked(use)}; "
                     "the second pass raises RuntimeError",
-                    f"Make {label} with `persistent=True` (and `del {tape.name}` after the last call), or ask for all gradients in one call.",
+                    hint,
                 )
                 continue
-            for earlier in calls[:index]:
-                if not facts.dominates(earlier.site, call.site):
+            for earlier in uses[:index]:
+                if earlier.call is call or not facts.dominates(earlier.call.site, call.site):
                     continue
-                if any(earlier.site.line < r.line <= call.site.line for r in reentries):
+                if any(earlier.call.site.line < r.line <= call.site.line for r in reentries):
                     continue
                 yield report(
                     facts, call.site, CODE,
-                    f"non-persistent {label} already computed gradients at line {earlier.site.line}: "
-                    "this second call raises RuntimeError",
-                    f"Make {label} with `persistent=True` (and `del {tape.name}` after the last call), or ask for all gradients in one call.",
+                    f"non-persistent {label} already computed gradients at line {earlier.call.site.line}{_asked(earlier)}; "
+                    + ("this second call raises RuntimeError" if not use.path else
+                       f"this call asks it again{_asked(use)}, and raises RuntimeError"),
+                    hint,
                 )
                 break
