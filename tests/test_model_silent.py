@@ -89,3 +89,8 @@ def test_a_model_trained_without_its_own_training_flag_never_drops_out():
 def test_the_training_flag_finding_names_the_models_own_flag():
     (finding,) = lint_file(str(ROOT / "bad" / "own_training_flag.py")).findings
     assert "`is_training=True`" in finding.message and "is_training=True" in finding.hint
+
+
+def test_a_trainer_bias_added_after_the_tape_never_moves():
+    assert run("bad", "trainer_bias_after_tape.py", 5) == 0.0  # a None gradient: Keras skips it
+    assert run("good", "trainer_bias_after_tape.py", 5) > 0.1

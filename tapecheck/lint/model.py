@@ -271,6 +271,8 @@ class ProgramModel:
         self._compare_orders: list[int] | None = None
         self._attributes: dict[tuple[int, str], object] = {}
         self._assigns_by_scope: dict[int, list] = {}
+        self._uses_by_head: dict[str, list] | None = None
+        self._uses_by_attribute: dict[str, list] | None = None
         params: dict[int, list[str]] = {}
         for assign in facts.assigns:
             self._assigns_by_scope.setdefault(facts.scope_of(assign.site), []).append(assign)
@@ -419,6 +421,61 @@ class ProgramModel:
                 return found
             scope = self._enclosing(scope)
         return []
+
+    def _uses_named(self, head: str) -> list:
+        """The uses whose dotted name starts with `head` (`b`, `b.assign`), in source order."""
+        if self._uses_by_head is None:
+            self._uses_by_head = {}
+            for use in self.facts.uses:
+                self._uses_by_head.setdefault(use.name.partition(".")[0], []).append(use)
+        return self._uses_by_head.get(head, [])
+
+    def _uses_of_attribute(self, attribute: str) -> list:
+        """The uses that read `.<attribute>` of anything (`self.b`, `trainer.b.assign`)."""
+        if self._uses_by_attribute is None:
+            self._uses_by_attribute = {}
+            for use in self.facts.uses:
+                for part in set(use.name.split(".")[1:]):
+                    self._uses_by_attribute.setdefault(part, []).append(use)
+        return self._uses_by_attribute.get(attribute, [])
+
+    def sees(self, scope: int, name: str, bound_in: int) -> bool:
+        """Whether `name` read in `scope` is the binding made in scope `bound_in` (itself, or an
+        enclosing function or the module whose name no nearer scope rebinds)."""
+        while scope is not None:
+            if scope == bound_in:
+                return True
+            if any(a.target == name for a in self._assigns_by_scope.get(scope, ())):
+                return False
+            scope = self._enclosing(scope)
+        return False
+
+    def reads(self, name: str, site: Site) -> list | None:
+        """The reads of what `name` (a name, or `self.x` in a method) holds at `site`, all in the scope
+        of `site`; None when it is read anywhere else too (a closure, another method, a function
+        that sees the global): the rule cannot tell when those run."""
+        facts = self.facts
+        scope = facts.scope_of(site)
+        head, _, attribute = name.partition(".")
+        if attribute:
+            if "." in attribute or self._self_class(head, site) is None:
+                return None
+            uses = self._uses_of_attribute(attribute)
+            if any(facts.scope_of(u.site) != scope and not _value_unread(u.name, attribute) for u in uses):
+                return None
+            return [u for u in uses if u.name == name or u.name.startswith(name + ".")]
+        assigns = self.assigns_reaching(name, site)
+        if not assigns:
+            return None
+        bound_in = facts.scope_of(assigns[0].site)
+        found = []
+        for use in self._uses_named(name):
+            where = facts.scope_of(use.site)
+            if where == scope:
+                found.append(use)
+            elif self.sees(where, name, bound_in):
+                return None
+        return found
 
     def value_assigns(self, name: str, site: Site, depth: int = 0) -> list:
         """The bindings whose value `name` may hold at `site`, through aliases (`t = self.temperature`)
@@ -914,6 +971,17 @@ class Tracer:
                         for origin in value.live:
                             flow.cuts[origin] = Cut(use.site, "a Python `if` on a tensor")
                         return
+
+
+# Reading these of a variable computes nothing a tape could record (`trainer.b.numpy()` in a report).
+VALUE_UNREAD = frozenset({"numpy", "shape", "dtype", "name", "assign", "assign_add", "assign_sub", "device"})
+
+
+def _value_unread(name: str, attribute: str) -> bool:
+    """`trainer.b.numpy`: a use of `.b` that takes a copy or metadata of it, never a differentiable read."""
+    parts = name.split(".")
+    return any(part == attribute and parts[i + 1: i + 2] and parts[i + 1] in VALUE_UNREAD
+               for i, part in enumerate(parts[1:], start=1))
 
 
 def _is_index(facts, call) -> bool:

@@ -39,6 +39,7 @@ grads = tape.gradient(y, [w, b])  # [3.0, 1.0]
 ```
 '''
 
+from tapecheck.lint.model import model_of
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP102"
@@ -51,6 +52,34 @@ TRIGGERS = (b"GradientTape",)
 HARMLESS_CALLEES = frozenset({"print", "zip", "len", "id", "repr", "str", "isinstance"})
 
 VALID = [
+    # the attribute is read in another method, which the tape may run: cannot tell, stay silent
+    """
+import tensorflow as tf
+class Affine:
+    def __init__(self):
+        self.w = tf.Variable(1.0)
+        self.b = tf.Variable(0.0)
+    def forward(self, x):
+        return self.w * x + self.b
+    def step(self, x):
+        with tf.GradientTape() as tape:
+            y = self.forward(x)
+        shifted = y + self.b
+        return tape.gradient(y, [self.w, self.b])
+""",
+    # another function's own `b` says nothing about this one
+    """
+import tensorflow as tf
+def other(x):
+    b = 3.0
+    return x * b
+def f(x):
+    w = tf.Variable(1.0)
+    b = tf.Variable(0.0)
+    with tf.GradientTape() as tape:
+        y = w * x + b
+    return tape.gradient(y, [w, b])
+""",
     # the source is read inside a helper defined in the same file: cannot tell, stay silent
     """
 import tensorflow as tf
@@ -87,6 +116,23 @@ def f(layer, x):
 ]
 
 INVALID = [
+    # a trainer's bias, added after the tape closed
+    """
+import tensorflow as tf
+class LinearTrainer:
+    def __init__(self):
+        self.w = tf.Variable(1.0)
+        self.b = tf.Variable(0.0)
+        self.opt = tf.keras.optimizers.SGD(0.1)
+    def step(self, x, y_true):
+        with tf.GradientTape() as tape:
+            y = self.w * x
+            loss = tf.reduce_mean((y - y_true) ** 2)
+        prediction = y + self.b
+        grads = tape.gradient(loss, [self.w, self.b])  # expect: TAP102
+        self.opt.apply_gradients(zip(grads, [self.w, self.b]))
+        return prediction
+""",
     """
 import tensorflow as tf
 def fit_line(x, y_true):
@@ -101,40 +147,40 @@ def fit_line(x, y_true):
 ]
 
 
-def _uses_by_scope(facts, name):
-    by_scope = {}
-    for use in facts.uses:
-        if use.name == name or use.name.startswith(name + "."):
-            by_scope.setdefault(facts.scope_of(use.site), []).append(use)
-    return by_scope
-
-
-def _inside_call(facts, site, call):
+def _inside_call(call, site):
     return call.site.line <= site.line <= call.end_line and call.site.order <= site.order
 
 
+def _known_binding(model, source, site) -> bool:
+    """The source is bound here by plain assignments (not a parameter, a loop variable, an import)."""
+    head, _, attribute = source.partition(".")
+    if attribute:
+        klass = model._self_class(head, site)
+        assigns = [a for a, _ in model.attribute_assigns(klass, attribute)] if klass is not None else []
+    else:
+        assigns = model.assigns_reaching(source, site)
+    return bool(assigns) and all(a.kind == "assign" for a in assigns)
+
+
 def check(facts):
+    model = model_of(facts)
     harmless_calls = [c for c in facts.calls if c.func.text in HARMLESS_CALLEES or c.method in ("apply_gradients", "gradient")]
     for call, tape in facts.gradient_calls():
         if not tape.with_blocks:
             continue
-        scope = facts.scope_of(call.site)
         for source in flatten(call.arg(1, "sources")):
-            if source.kind != "name":
+            if source.kind not in ("name", "attribute") or not _known_binding(model, source.text, call.site):
                 continue
-            reaching = facts.reaching_assigns(source.text, call.site)
-            if not reaching or any(a.kind != "assign" for a in reaching):
-                continue  # a parameter, a loop variable...: we do not know what it holds
-            by_scope = _uses_by_scope(facts, source.text)
-            if set(by_scope) != {scope}:
+            reads = model.reads(source.text, call.site)
+            if reads is None:
                 continue  # read in another function too: maybe on the tape, through it
             outside = []
             silent = False
-            for use in by_scope[scope]:
+            for use in reads:
                 if any(facts.inside(use.site, bid) for bid in tape.with_blocks):
                     silent = True  # used on the tape
                     break
-                if any(_inside_call(facts, use.site, c) for c in harmless_calls):
+                if any(_inside_call(c, use.site) for c in harmless_calls):
                     continue
                 if use.context != "compute":
                     silent = True  # handed to something we cannot follow
