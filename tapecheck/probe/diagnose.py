@@ -125,6 +125,25 @@ def _call_texts(site):
     return None, None
 
 
+def sources_text(site) -> str | None:
+    """The source text of the `sources` argument of the `gradient` call at `site` (`model.trainable_variables`)."""
+    import ast
+
+    if site is None or site.path.startswith("<"):
+        return None
+    call_texts(site)  # parses the file once
+    tree = _trees.get(site.path)
+    if not tree:
+        return None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and node.lineno <= site.line <= (node.end_lineno or node.lineno)
+                and isinstance(node.func, ast.Attribute) and node.func.attr == "gradient"):
+            sources = node.args[1] if len(node.args) >= 2 else next(
+                (k.value for k in node.keywords if k.arg == "sources"), None)
+            return ast.unparse(sources) if sources is not None else None
+    return None
+
+
 def assigned_at(site, name, first_line=None):
     """(line, callee) of the last assignment to `name` before the `gradient` call at `site`.
 

@@ -18,7 +18,7 @@ from tensorflow.python.framework import ops
 from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 from tensorflow.python.util import nest
 
-from tapecheck.probe import diagnose, loud, optrace, sites
+from tapecheck.probe import derived, diagnose, loud, optrace, sites
 from tapecheck.probe.lifetimes import Lifetimes
 from tapecheck.probe.report import report_internal_error
 
@@ -33,7 +33,9 @@ class TapeInfo:
         "exit_uid",
         "first_call",
         "grad_calls",
+        "losses_read",
         "ops",
+        "penalties",
         "persistent",
         "ref",
         "site",
@@ -56,6 +58,8 @@ class TapeInfo:
         self.first_call = None
         self.ops = None  # op records of one armed eager recording (see optrace)
         self.untrained_calls = None  # models run in inference mode while recording (see training)
+        self.losses_read = None  # weakrefs to layers whose `losses` were read while recording (see penalties)
+        self.penalties = None  # weakrefs to layers that called `add_loss` while recording (see penalties)
 
 
 class TapeHooks:
@@ -64,6 +68,8 @@ class TapeHooks:
         self.variable_causes = variable_causes  # shared with the optimizer hook
         self.origins = origins  # gradient -> its source, for the optimizer hook (TAP401)
         self.gradient_listeners = []  # told (info, sources) after each user `gradient` call
+        self.target_listeners = []  # told (info, target, sources, site) after each user `gradient` call
+        self.extras = []  # hooks installed with these: TAP105 (penalties), TAP601 (replicas)
         self.infos: dict[int, TapeInfo] = {}
         self.lifetimes = Lifetimes(self.infos)
         self.local = threading.local()
@@ -103,6 +109,7 @@ class TapeHooks:
         import gc
 
         self.tracer.close()
+        derived.forget()
         gc.collect()  # tapes only held by reference cycles (jacobian's pfor makes some) are not alive
         self._forget_dead()
         self.active = False
@@ -143,6 +150,12 @@ class TapeHooks:
         patcher.wrap(GradientTape, "gradient", self._wrap_call("gradient"))
         patcher.wrap(GradientTape, "jacobian", self._wrap_call("jacobian"))
         patcher.wrap(GradientTape, "batch_jacobian", self._wrap_call("batch_jacobian"))
+        from tapecheck.probe.penalties import PenaltyHooks
+        from tapecheck.probe.replicas import ReplicaLossHooks
+
+        self.extras = [PenaltyHooks(self.collector, self), ReplicaLossHooks(self.collector, self)]
+        for extra in self.extras:
+            extra.install(patcher)
 
     def _wrap_init(self, original):
         hooks = self
@@ -243,6 +256,16 @@ class TapeHooks:
                         listener(info, sources)
                     except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
                         report_internal_error(exc)
+                if kind == "gradient" and hooks.target_listeners:
+                    hooks.local.busy += 1
+                    try:
+                        for listener in hooks.target_listeners:
+                            try:
+                                listener(info, target, sources, site)
+                            except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+                                report_internal_error(exc)
+                    finally:
+                        hooks.local.busy -= 1
                 position = 1 if kind == "gradient" else 0  # where unconnected_gradients sits in *args
                 unconnected = kwargs.get("unconnected_gradients", args[position] if len(args) > position else None)
                 if unconnected in (None, UnconnectedGradients.NONE, "none") and handle is not None:
@@ -348,6 +371,8 @@ class TapeHooks:
         cut = []
         for source in none_sources:
             cause = diagnose.source_cause(info, tape, handle, source, watched_handles, others, targets)
+            if cause.cause == "variable-not-read":
+                cause = derived.cause_for(source, site) or cause  # read only in build/__init__: TAP106
             if cause.cause not in ("no-differentiable-path", "not-connected"):
                 self._add(site, cause, [source], names)  # its own cause, even if the target is fixed
             elif target_cause is None and not target_recorded:
