@@ -94,3 +94,113 @@ def test_under_tensorflow_the_bad_trainer_skips_the_penalty_fit_applies():
     drop.model.set_weights(initial)
     drop.fit(x, y, epochs=epochs)
     assert _kernel_norm(drop.model) > 1.3 * _kernel_norm(fitted)
+
+
+# -- the unsafe fix ---------------------------------------------------------------------------
+TWINS = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "twins15"
+
+
+def _copy_bad_programs(folder: Path) -> dict[str, bytes]:
+    import shutil
+
+    for path in [ROOT / "bad" / NAME, ROOT / "bad" / "_regularized_models.py", TWINS / "_data.py",
+                 TWINS / "bad_regularized_trainer.py", TWINS / "bad_sparse_autoencoder.py"]:
+        shutil.copy(path, folder / path.name)
+    return {p.name: p.read_bytes() for p in folder.glob("*.py")}
+
+
+def _lint_cli(*args):
+    from click.testing import CliRunner
+
+    from tapecheck.cli import main
+
+    return CliRunner().invoke(main, ["lint", "--no-cache", *args], catch_exceptions=False)
+
+
+def test_the_unsafe_fix_adds_the_models_losses_inside_the_tape_and_the_files_lint_clean(tmp_path):
+    before = _copy_bad_programs(tmp_path)
+    assert len([f for f in lint_paths([str(tmp_path)], jobs=1).findings if f.code == "TAP105"]) == 3
+
+    _lint_cli("--fix", str(tmp_path))  # safe fixes only: TAP105's is unsafe
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.py")} == before
+
+    _lint_cli("--fix", "--unsafe-fixes", str(tmp_path))
+    changed = {p.name: p.read_text() for p in tmp_path.glob("*.py") if p.read_bytes() != before[p.name]}
+    assert sorted(changed) == ["bad_regularized_trainer.py", "bad_sparse_autoencoder.py", NAME]
+    # the model as each step names it, added where the tape computes the loss
+    assert "            loss = self.data_loss(y, self.model(x, training=True)) + sum(self.model.losses)\n" in \
+        changed["bad_regularized_trainer.py"]
+    assert "            loss = reconstruction_error(x, reconstruction) + sum(self.losses)\n" in \
+        changed["bad_sparse_autoencoder.py"]
+    assert "            loss = mse(y, pred) + sum(self.model.losses)\n" in changed[NAME]
+    report = lint_paths([str(tmp_path)], jobs=1)
+    assert report.errors == [] and [f for f in report.findings if f.code == "TAP105"] == []
+
+
+AMBIGUOUS = """
+import tensorflow as tf
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1, kernel_regularizer="l2")])
+opt = tf.keras.optimizers.SGD(0.1)
+def step(x, y, robust):
+    with tf.GradientTape() as tape:
+        pred = model(x, training=True)
+        if robust:
+            loss = tf.reduce_mean(tf.abs(y - pred))
+        else:
+            loss = tf.reduce_mean(tf.square(y - pred))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+def step_outside(x, y):
+    loss = tf.reduce_mean(tf.square(y - model(x, training=True)))
+    with tf.GradientTape() as tape:
+        pred = model(x, training=True)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+def step_conditional(x, y, robust):
+    with tf.GradientTape() as tape:
+        pred = model(x, training=True)
+        loss = tf.reduce_mean(tf.abs(y - pred)) if robust else tf.reduce_mean(tf.square(y - pred))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+def test_the_fix_is_offered_only_where_it_is_unambiguous(tmp_path):
+    from tapecheck.lint.fixes import fix_source
+
+    path = tmp_path / "steps.py"
+    path.write_text(AMBIGUOUS)
+    findings = {f.line: f for f in lint_paths([str(path)], jobs=1).findings if f.code == "TAP105"}
+    lines = AMBIGUOUS.splitlines()
+    gradient_lines = [n for n, line in enumerate(lines, 1) if "tape.gradient" in line]
+    assert sorted(findings) == gradient_lines  # every step drops the penalty
+    branches, outside, conditional = (findings[n] for n in gradient_lines)
+    assert branches.fix is None  # two assignments reach the call: which one?
+    assert outside.fix is None  # the loss is not computed inside the tape
+    assert conditional.fix is not None and not conditional.fix.safe
+    fixed = fix_source(path.read_bytes(), str(path), unsafe=True).fixed.decode()
+    assert ("        loss = (tf.reduce_mean(tf.abs(y - pred)) if robust else tf.reduce_mean(tf.square(y - pred)))"
+            " + sum(model.losses)\n") in fixed
+    assert fixed.count("sum(model.losses)") == 1
+
+
+def test_the_fixed_trainer_trains_like_its_corrected_twin(tmp_path):
+    pytest.importorskip("tensorflow")
+    import keras
+    import numpy as np
+
+    _copy_bad_programs(tmp_path)
+    _lint_cli("--fix", "--unsafe-fixes", str(tmp_path / "bad_regularized_trainer.py"))
+    warnings.simplefilter("ignore")
+    trained = []
+    for path in (tmp_path / "bad_regularized_trainer.py", TWINS / "good_regularized_trainer.py"):
+        sys.path.insert(0, str(path.parent))
+        try:
+            namespace = runpy.run_path(str(path), run_name="tap105_fixed")
+            keras.utils.set_random_seed(0)
+            trained.append(namespace["Trainer"]().fit(namespace["regression_dataset"](), epochs=3).get_weights())
+        finally:
+            sys.path.remove(str(path.parent))
+            sys.modules.pop("_data", None)
+    for fixed, twin in zip(*trained):
+        np.testing.assert_allclose(fixed, twin, rtol=1e-6, atol=1e-7)

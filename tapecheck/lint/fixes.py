@@ -356,7 +356,14 @@ def _fix_tap301(tree: _Tree, finding: Finding) -> Fix | None:
     return Fix(f"Call `{name}.reset_state()` at the start of each epoch", (_insert(line, col, f"{name}.reset_state()\n{indent}"),), safe=False)
 
 
+def _fix_tap105(tree: _Tree, finding: Finding) -> Fix | None:
+    from tapecheck.rules.tap105_regularization_losses_dropped import fix
+
+    return fix(tree, finding)
+
+
 FIXERS: dict[str, Callable[[_Tree, Finding], Fix | None]] = {
+    "TAP105": _fix_tap105,
     "TAP201": _fix_tap201,
     "TAP202": _fix_tap202,
     "TAP301": _fix_tap301,

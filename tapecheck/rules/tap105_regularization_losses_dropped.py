@@ -59,12 +59,26 @@ optimizer = tf.keras.optimizers.Adam()
 @tf.function
 def train_step(x, y):
     with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(y - model(x, training=True)))
-        loss += tf.add_n(model.losses)  # the penalties fit would add
+        loss = tf.reduce_mean(tf.square(y - model(x, training=True))) + sum(model.losses)
     grads = tape.gradient(loss, model.trainable_variables)
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
     return loss
 ```
+
+`sum(model.losses)` is `0` for a model without penalties, where `tf.add_n` of an
+empty list raises.
+
+## Fix safety
+With `--fix --unsafe-fixes`, the fix adds `+ sum(<model>.losses)` to the
+assignment of the loss inside the tape (`self.losses` in a `train_step`,
+`self.model.losses` in a trainer, the model's own name in a loop), wrapping the
+value in parentheses where `+` would bind differently. It is made only where it
+is unambiguous: the differentiated loss is a name, bound by exactly one plain
+assignment inside the tape's `with` block, and the model is a plain (dotted)
+name. It is unsafe (applied only with `--unsafe-fixes`): it changes what is
+trained, which is the point, and the loss the step returns or logs now includes
+the penalties (as `fit`'s does); a loop that adds them by hand in a helper the
+linter cannot follow would add them twice.
 '''
 
 from __future__ import annotations
@@ -78,7 +92,8 @@ from tapecheck.rules._common import report
 CODE = "TAP105"
 NAME = "regularization-losses-dropped"
 SUMMARY = "a custom loop trains a model with regularizers (or `add_loss`) without adding `model.losses` to the loss"
-PROBE = False
+PROBE = True
+FIXABLE = True
 
 HINT = "Add the model's penalties to the loss inside the tape: `loss += tf.add_n(model.losses)` (or `sum(model.losses)`)."
 
@@ -558,3 +573,46 @@ def check(facts):
                 HINT,
             )
             break
+
+
+# -- the fix (`--fix --unsafe-fixes`) ---------------------------------------------------------
+# Where `+ sum(...)` can go without parentheses: `a + b`, `f(x)`, `x.y`, `x[0]`, a name.
+_PLAIN_OPERATORS = ("Add", "Subtract", "Multiply", "Divide", "FloorDivide", "Modulo", "MatrixMultiply", "Power")
+
+
+def fix(tree, finding):
+    """Add `+ sum(<model>.losses)` to the one assignment of the differentiated loss inside the tape.
+
+    `tree` is `tapecheck.lint.fixes._Tree` (libcst nodes with positions, and the facts);
+    None where the edit would be a guess.
+    """
+    from tapecheck.findings import Edit, Fix
+
+    cst, facts = tree.cst, tree.facts
+    call = tree.fact_call(finding)
+    root = finding.message.partition("never adds `")[2].partition(".losses`")[0]
+    if call is None or not root or not all(part.isidentifier() for part in root.split(".")):
+        return None
+    tape = next((t for c, t in facts.gradient_calls() if c is call), None)
+    target = call.arg(0, "target")
+    if tape is None or target is None or target.kind != "name" or not target.text:
+        return None
+    assigns = facts.reaching_assigns(target.text, call.site)
+    if len(assigns) != 1 or assigns[0].kind != "assign" or not facts.records(tape, assigns[0].site):
+        return None
+    site = assigns[0].site
+    nodes = [n for n in tree.nodes_at(cst.Assign, site.line, site.col)
+             if len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name)
+             and n.targets[0].target.value == target.text]
+    if len(nodes) != 1:
+        return None
+    value = nodes[0].value
+    penalty = f"sum({root}.losses)"
+    (line, col), (end_line, end_col) = tree.start(value), tree.end(value)
+    plain = isinstance(value, (cst.Call, cst.Name, cst.Attribute, cst.Subscript)) or (
+        isinstance(value, cst.BinaryOperation) and type(value.operator).__name__ in _PLAIN_OPERATORS)
+    if plain:
+        edits = (Edit(end_line, end_col, end_line, end_col, f" + {penalty}"),)
+    else:
+        edits = (Edit(line, col, line, col, "("), Edit(end_line, end_col, end_line, end_col, f") + {penalty}"))
+    return Fix(f"Add `{penalty}` to `{target.text}`", edits, safe=False)

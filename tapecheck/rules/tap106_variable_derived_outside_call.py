@@ -68,7 +68,7 @@ from tapecheck.rules._common import report
 CODE = "TAP106"
 NAME = "variable-derived-outside-call"
 SUMMARY = "a tensor derived from a layer's variables in `build()`/`__init__` is used in `call`: the variables get no gradient"
-PROBE = False
+PROBE = True
 
 HINT = "Compute it in `call` from the variables (a local name there), so the tape records it at every step."
 TRIGGERS = (b"add_weight", b"add_variable", b"Variable")

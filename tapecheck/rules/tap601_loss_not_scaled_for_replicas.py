@@ -83,7 +83,7 @@ from tapecheck.rules._common import report
 CODE = "TAP601"
 NAME = "loss-not-scaled-for-replicas"
 SUMMARY = "a `strategy.run` step averages its loss over the per-replica batch: the update is N times too large"
-PROBE = False
+PROBE = True
 
 
 def screen(source: bytes) -> bool:
