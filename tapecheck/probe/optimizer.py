@@ -58,6 +58,12 @@ class OptimizerHooks:
         self.active = True
         self.notes = None  # loud.Notes: what an exception leaving `apply` meant
         self.built_by: dict[int, tuple] = {}  # id(optimizer) -> (weakref, site, variable names) of its first apply
+        self.learning = None  # nolearning.NoLearning: zero gradients and variables that never move
+
+    def finish(self):
+        learning, self.learning = self.learning, None
+        if learning is not None:
+            learning.finish()
 
     def install(self, patcher):
         import keras
@@ -84,6 +90,8 @@ class OptimizerHooks:
                         hooks._mismatched(grads, variables)
                     except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
                         report_internal_error(exc)
+                if hooks.learning is not None and isinstance(variables, (list, tuple)) and len(variables) == len(grads):
+                    hooks.learning.seen(self, grads, variables)  # nothing to do on the usual step
                 if isinstance(variables, (list, tuple)) and len(variables) == len(grads):
                     skipped = [v for g, v in zip(grads, variables) if g is None]
                     if skipped:
