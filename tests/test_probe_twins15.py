@@ -36,6 +36,9 @@ CODES = {"TAP105", "TAP106", "TAP601"}
 PROBE_EXPECT = re.compile(r"#\s*probe-expect:\s*(TAP\d{3})")
 LINT_EXPECT = re.compile(r"#\s*expect:\s*(TAP\d{3})")
 RAISES = re.compile(r"^raises: (\w+: .+)$", re.M)
+# The linter's own fixtures for these rules, run under the probe too (the probe must agree).
+OTHERS = sorted(p for folder in ("silent", "distribute") for kind in ("bad", "good")
+                for p in (TWINS.parents[1] / folder / kind).glob("*.py") if not p.name.startswith("_"))
 PLAIN = ["bad_regularized_trainer.py", "bad_sparse_autoencoder.py", "bad_weight_norm.py", "bad_replica_trainer.py"]
 
 RUNNER = r'''
@@ -63,11 +66,17 @@ def weights(namespace):
         return None
     return [[v.path, v.numpy().ravel().tolist()] for v in model.trainable_variables]
 
+def forget_siblings(folder):
+    """A twin's helper modules (`_data`, `_regularized_models`) are imported afresh from its own folder."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("_") and os.path.dirname(getattr(module, "__file__", None) or "") == folder:
+            del sys.modules[name]
+
 def run(path, probed):
     folder = os.path.dirname(path)
     sys.path.insert(0, folder)
     saved_argv, sys.argv = sys.argv, [path]
-    sys.modules.pop("_data", None)
+    forget_siblings(folder)
     keras.utils.set_random_seed(0)
     before = originals()
     probe = tapecheck.probe()
@@ -86,6 +95,7 @@ def run(path, probed):
     finally:
         sys.argv = saved_argv
         sys.path.remove(folder)
+        forget_siblings(folder)
     after = originals()
     return {
         "findings": [f.to_dict() for f in probe.findings] if probed else [],
@@ -112,20 +122,25 @@ def cli(path):
         sys.path.remove(folder)
     return {"exit_code": result.exit_code, "report": result.stderr}
 
+def key(path):
+    """`bad_x.py` for the twins, `silent/bad/x.py` for the linter's own fixtures."""
+    parts = path.split(os.sep)
+    return parts[-1] if parts[-2] == "twins15" else "/".join(parts[-3:])
+
 results = {}
 for job in json.loads(sys.argv[1]):
     kind, path = job
     try:
-        results[f"{kind}:{os.path.basename(path)}"] = cli(path) if kind == "cli" else run(path, kind == "probe")
+        results[f"{kind}:{key(path)}"] = cli(path) if kind == "cli" else run(path, kind == "probe")
     except Exception:
-        results[f"{kind}:{os.path.basename(path)}"] = {"crash": traceback.format_exc()}
+        results[f"{kind}:{key(path)}"] = {"crash": traceback.format_exc()}
 print("RESULTS " + json.dumps(results))
 '''
 
 
 @pytest.fixture(scope="module")
 def results():
-    jobs = [["probe", str(p)] for p in BAD + GOOD] + [["plain", str(TWINS / name)] for name in PLAIN]
+    jobs = [["probe", str(p)] for p in BAD + GOOD + OTHERS] + [["plain", str(TWINS / name)] for name in PLAIN]
     jobs.append(["cli", str(TWINS / "bad_weight_norm.py")])
     done = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(jobs)], capture_output=True, text=True,
                           timeout=600, check=False)
@@ -269,3 +284,14 @@ def test_tapecheck_probe_on_the_command_line_reports_the_twin(results):
     [finding] = report["findings"]
     assert (finding["code"], finding["line"]) == ("TAP106", 21)
     assert report["summary"]["by_code"] == {"TAP106": 1}
+
+
+@pytest.mark.parametrize("path", OTHERS, ids=lambda p: f"{p.parents[1].name}/{p.parent.name}/{p.name}")
+def test_the_probe_agrees_with_the_linter_on_its_other_fixtures_for_these_rules(results, path):
+    run = results[f"probe:{path.parents[1].name}/{path.parent.name}/{path.name}"]
+    found = sorted((f["line"], f["code"]) for f in run["findings"]
+                   if f["code"] in CODES and Path(f["path"]).resolve() == path.resolve())
+    assert found == [e for e in expected_lines(path, LINT_EXPECT) if e[1] in CODES], run["findings"]
+    assert run["error"] is None
+    if path.parent.name == "good":
+        assert run["findings"] == []
