@@ -639,12 +639,19 @@ def _owners(variables, site) -> dict[int, tuple]:
         if not found:
             out[vid] = (None, _user_name(variable, None) or _path(variable))
             continue
+        parts = _path(variable).split("/")
         models = [h for h in found if h[0]]
-        # the smallest model (a GAN's generator, not the GAN), else the outermost layer
-        owner = min(models, key=lambda h: h[1])[2] if models else max(found, key=lambda h: h[1])[2]
+        # the smallest model (a GAN's generator, not the GAN), else the outermost layer; a model named
+        # in the variable's path first (a Sequential's inner Functional holds the same variables)
+        if models:
+            owner = min(models, key=lambda h: (h[1], getattr(h[2], "name", None) not in parts))[2]
+        else:
+            owner = max(found, key=lambda h: h[1])[2]
         if id(owner) not in labels:
             labels[id(owner)] = _user_name(owner, site)
-        out[vid] = (labels[id(owner)], _path(variable).removeprefix(f"{getattr(owner, 'name', '')}/"))
+        name = getattr(owner, "name", None)
+        inner = "/".join(parts[len(parts) - parts[::-1].index(name):]) if name in parts[:-1] else "/".join(parts)
+        out[vid] = (labels[id(owner)], inner)
     return out
 
 
