@@ -1,4 +1,7 @@
-"""Wave-2 rules beyond their examples: TAP403 across the files of one lint run."""
+"""Wave-2 rules beyond their examples: TAP403 across the files of a project.
+
+The program model reads the project files a file imports (never libraries), so a file
+linted alone (pre-commit names only staged files) still sees a model defined elsewhere."""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ import textwrap
 from pathlib import Path
 
 from tapecheck.lint import lint_file, lint_paths
-from tapecheck.lint.project import ProjectIndex, mode_definitions, module_name
 
 MODELS = """
 import keras
@@ -53,9 +55,47 @@ def test_a_model_class_from_another_file_is_resolved_within_one_run(tmp_path):
     assert _tap403(lint_paths([str(tmp_path)])) == [("train.py", 10)]
 
 
-def test_a_lone_file_stays_silent_when_the_definition_is_not_seen(tmp_path):
+def test_a_lone_file_still_reads_the_module_that_defines_its_model(tmp_path):
     _write(tmp_path, {"models.py": MODELS, "train.py": TRAIN.format(import_line="from models import Net", maker="Net")})
+    assert _tap403(lint_file(str(tmp_path / "train.py"))) == [("train.py", 10)]
+    (tmp_path / "models.py").unlink()  # the import cannot be followed: silent
     assert _tap403(lint_file(str(tmp_path / "train.py"))) == []
+
+
+def test_a_model_instance_made_in_another_module_and_imported(tmp_path):
+    nets = """
+    import keras
+
+    net = keras.Sequential([keras.layers.Dense(8), keras.layers.Dropout(0.3), keras.layers.Dense(1)])
+    plain = keras.Sequential([keras.layers.Dense(8), keras.layers.Dense(1)])
+    """
+    train = TRAIN.replace("model = {maker}()\n", "").replace("model", "{name}")
+    _write(tmp_path, {"nets.py": nets, "a.py": train.format(import_line="from nets import net", name="net"),
+                      "b.py": train.format(import_line="from nets import plain", name="plain")})
+    assert _tap403(lint_paths([str(tmp_path)])) == [("a.py", 9)]
+
+
+def test_a_step_whose_model_parameter_every_caller_fills_with_a_dropout_model(tmp_path):
+    step = """
+    import tensorflow as tf
+    from models import Net
+
+    def train_step(model, optimizer, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    def main(data, plain):
+        net, optimizer = Net(), tf.keras.optimizers.Adam()
+        for x, y in data:
+            train_step(net, optimizer, x, y)
+    """
+    _write(tmp_path, {"models.py": MODELS, "train.py": step})
+    assert _tap403(lint_paths([str(tmp_path)])) == [("train.py", 7)]
+    # one caller passes another model, with no Dropout: the parameter may be either, stay silent
+    _write(tmp_path, {"train.py": step + "\n    train_step(plain, optimizer, x, y)\n"})
+    assert _tap403(lint_paths([str(tmp_path)])) == []
 
 
 def test_a_relative_import_of_a_model_builder_in_a_package(tmp_path):
@@ -87,40 +127,3 @@ def test_a_same_named_model_without_dropout_elsewhere_is_not_confused(tmp_path):
         },
     )
     assert _tap403(lint_paths([str(tmp_path)])) == []
-
-
-def test_the_index_counts_models_not_layer_helpers_or_comments():
-    source = textwrap.dedent(
-        """
-        from keras import layers
-        import keras
-
-        def conv_block(x):
-            x = layers.Conv2D(8, 3)(x)
-            return layers.BatchNormalization()(x)  # a helper on tensors, not a model
-
-        def build():
-            inputs = keras.Input((8,))
-            return keras.Model(inputs, layers.Dropout(0.1)(inputs))
-
-        class Plain(keras.Model):
-            # no Dropout( here, only in this comment
-            pass
-
-        class Dropout(layers.Layer):
-            pass
-
-        classifier = keras.Sequential([layers.Dense(4), layers.Dropout(0.2)])
-        """
-    )
-    assert mode_definitions(source) == {"build", "classifier"}
-
-
-def test_module_names_match_imports_by_dotted_suffix():
-    index = ProjectIndex()
-    index.add("src/project/models.py", MODELS)
-    assert module_name("src/project/models.py") == "src.project.models"
-    assert index.defines("project.models.Net")
-    assert index.defines("models.Net")
-    assert not index.defines("other.models_x.Net")
-    assert not index.defines("project.models.Other")

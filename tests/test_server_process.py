@@ -142,7 +142,7 @@ def test_exit_without_shutdown_is_status_1_and_a_closed_pipe_ends_the_server(tmp
 
 def test_the_server_never_imports_tensorflow(tmp_path):
     """sys.modules of the real server process, written at its exit, after it linted, fixed and
-    used the cross-file index (a TAP403 model in another file)."""
+    read another project file (a TAP403 model in models.py)."""
     (tmp_path / "models.py").write_text(
         "import keras\nclass Net(keras.Model):\n    def __init__(self):\n        super().__init__()\n"
         "        self.drop = keras.layers.Dropout(0.5)\n"

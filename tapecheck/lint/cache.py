@@ -16,8 +16,8 @@ rewritten). Nothing here imports libcst.
 Before any file is read, a `StatIndex` (one JSON file per set of rules, like
 ruff's cache) is consulted: for a file whose modification time, change time, size
 and inode are those recorded, it gives what was learnt from its bytes (their
-digest, the byte screen's verdict, the names the cross-file index needs, whether it
-marks a Keras 2 project), so a warm run stats files and reads none that did not
+digest, the byte screen's verdict, whether it marks a Keras 2 project, the project
+files it imports), so a warm run stats files and reads none that did not
 change. An entry is trusted only if the file was read at least RACY_NS after its
 modification time, so an edit within the file system's timestamp resolution of
 the previous one is never missed.
@@ -92,13 +92,8 @@ class Cache:
         self._fingerprint = _code_fingerprint()
         self._codes = ",".join(sorted(rule_codes))
         self._context = context
-        self.set_context("")
+        self._salt = "\0".join((self._fingerprint, self._codes, self._context)).encode()
         self.hits = self.misses = 0
-
-    def set_context(self, run_context: str) -> None:
-        """What else changes results in this run (the cross-file index), on top of the
-        `context` the cache was made with."""
-        self._salt = "\0".join((self._fingerprint, self._codes, self._context, run_context)).encode()
 
     def key(self, path: str, source: bytes) -> str:
         return self.key_for(path, content_digest(source))
@@ -187,8 +182,8 @@ class StatIndex:
 
     A record is a dict: `digest` (content_digest of the bytes), `screen` (None when
     some rule's screen admitted the file, else the messages of the reasons it is not
-    Python, [] when it is fine), `keras2` (it marks a Keras 2 project), `names`
-    (mode-dependent model names for the cross-file index). Never raises on a bad file.
+    Python, [] when it is fine), `keras2` (it marks a Keras 2 project), `deps`
+    (the project files it imports, which the program model reads). Never raises on a bad file.
     """
 
     def __init__(self, file: str, cache: Cache | None = None):

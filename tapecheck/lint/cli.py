@@ -163,10 +163,9 @@ def _run(paths, options) -> int:
         files, missing = discover([p for p in paths if p != "-"], settings.excluded, options.force_exclude)
         report.errors.extend(missing)
         if files:
-            # Deselected rules never run: their screens do not make files parse, their index is not built.
-            # The cross-file index is built from the same pass that reads (or remembers) each file.
+            # Deselected rules never run: their screens do not make files parse.
             found = lint_files(files, settings.rules_for(files), jobs=options.jobs or None,
-                               cache=not options.no_cache, build_index=True)
+                               cache=not options.no_cache)
             found.findings.sort()
             found.errors.sort()
             report.extend(found)

@@ -206,9 +206,6 @@ def lint_python(
     if screen and not may_fire(source, rules):
         return []
     facts = _facts(source, path)
-    from tapecheck.lint.project import current as current_project
-
-    facts.project = current_project()  # what the other files of this run define, if any
     findings: set[Finding] = set()
     for rule in rules:
         if rule.check is None:
@@ -332,17 +329,6 @@ def lint_file(path: str, rules: Sequence[Rule] = RULES) -> Report:
     return report
 
 
-def _project(files: Sequence[str], rules: Sequence[Rule]):
-    """The cross-file index, built only when a selected rule reads it (TAP403)."""
-    from contextlib import nullcontext
-
-    from tapecheck.lint.project import ProjectIndex, using
-
-    if not any(getattr(rule.module, "PROJECT", False) for rule in rules):
-        return nullcontext()
-    return using(ProjectIndex.build(files))
-
-
 def lint_paths(paths: Iterable[str], rules: Sequence[Rule] = RULES, *, jobs: int | None = None, cache=None) -> Report:
     """Lint files and folders. `jobs`: processes (None: chosen by the amount of work, 1: this
     process only); `cache`: True for `.tapecheck_cache`, or a `cache.Cache` (see parallel.py)."""
@@ -352,8 +338,7 @@ def lint_paths(paths: Iterable[str], rules: Sequence[Rule] = RULES, *, jobs: int
     report = Report()
     files, errors = discover(paths)
     report.errors.extend(errors)
-    with _project(files, rules):
-        report.extend(lint_files(files, rules, jobs=jobs, cache=cache))
+    report.extend(lint_files(files, rules, jobs=jobs, cache=cache))
     report.findings.sort()
     report.errors.sort()
     return report

@@ -272,6 +272,11 @@ class ProgramModel:
         self._attributes: dict[tuple[int, str], object] = {}
         self._assigns_by_scope: dict[int, list] = {}
         self._uses_by_head: dict[str, list] | None = None
+        self._callers: dict[int, list] | None = None
+        self._calls_by_name: dict[str, list] = {}
+        self._methods: dict[int, list] | None = None
+        self._attribute_assigns: dict[tuple[int, str], list] = {}
+        self.memo: dict = {}  # what a rule derives once per file (keyed by the rule's own names)
         self._uses_by_attribute: dict[str, list] | None = None
         params: dict[int, list[str]] = {}
         for assign in facts.assigns:
@@ -321,10 +326,19 @@ class ProgramModel:
         """The method `name` of a class, found in it or its local bases."""
         return klass.model.method_of_block(klass.block, name)
 
+    def methods(self, klass: Block) -> list[Function]:
+        """The functions defined in the body of `klass` (not its bases'), in source order."""
+        if self._methods is None:
+            self._methods = {}
+            for fn in self.functions.values():
+                if fn.owner is not None:
+                    self._methods.setdefault(fn.owner.id, []).append(fn)
+        return self._methods.get(klass.id, [])
+
     def method_of_block(self, klass: Block, name: str) -> Function | None:
         for cls in self.bases(klass):
-            for fn in self.functions.values():
-                if fn.owner is cls and fn.name == name:
+            for fn in self.methods(cls):
+                if fn.name == name:
                     return fn
         return None
 
@@ -592,13 +606,17 @@ class ProgramModel:
 
     def attribute_assigns(self, klass: Block, attribute: str) -> list:
         """Every `self.<attribute> = ...` in the methods of `klass` and its local bases, with the method."""
-        found = []
-        for cls in self.bases(klass):
-            for fn in self.functions.values():
-                if fn.owner is cls and fn.bound:
-                    target = f"{fn.self_name}.{attribute}"
-                    found.extend((a, fn) for a in self._assigns_by_scope.get(fn.block.id, ()) if a.target == target)
-        return found
+        key = (klass.id, attribute)
+        found = self._attribute_assigns.get(key)
+        if found is None:
+            found = []
+            for cls in self.bases(klass):
+                for fn in self.methods(cls):
+                    if fn.bound:
+                        target = f"{fn.self_name}.{attribute}"
+                        found.extend((a, fn) for a in self._assigns_by_scope.get(fn.block.id, ()) if a.target == target)
+            self._attribute_assigns[key] = found
+        return list(found)
 
     def attribute(self, klass: Block, attribute: str, depth: int = 0):
         """What `self.<attribute>` holds in every method of `klass`: one value, or None."""
@@ -825,7 +843,39 @@ class ProgramModel:
 
     def callers(self, fn: Function):
         """The calls of this file that run `fn`."""
-        return [c for c in self.spans.calls if self.resolve(c) is fn]
+        if fn.model is not self:
+            return []
+        if self._callers is None:
+            self._callers = {}  # function id -> its calls, worked out per function asked about
+            self._calls_by_name = {}
+            for call in self.spans.calls:
+                self._calls_by_name.setdefault(call.func.text.rpartition(".")[2], []).append(call)
+        found = self._callers.get(fn.block.id)
+        if found is None:
+            # a call names the function (`helper(x)`, `self.helper(x)`), or calls an instance (`net(x)` runs `call`)
+            candidates = self.spans.calls if fn.name in ("call", "__call__") else self._calls_by_name.get(fn.name, ())
+            found = self._callers[fn.block.id] = [c for c in candidates if self.resolve(c) is fn]
+        return list(found)
+
+    def arguments_for(self, fn: Function, param: str) -> list | None:
+        """(call, argument) for each call of this file that runs `fn`: the expression it passes as
+        `param`. None when nothing here calls `fn`, or a call passes `param` in a way we cannot
+        read (`*args`, left to its default)."""
+        calls = self.callers(fn)
+        if not calls:
+            return None
+        found = []
+        for call in calls:
+            value = None
+            for key, _, end in call.arg_spans:
+                if key != -1 and self.parameter(call, fn, end) == param:
+                    value = call.keywords.get(key) if isinstance(key, str) else (
+                        call.args[key] if 0 <= key < len(call.args) else None)
+                    break
+            if value is None:
+                return None
+            found.append((call, value))
+        return found
 
     # -- what Keras runs for you ---------------------------------------------------------
     def compiled_losses(self):

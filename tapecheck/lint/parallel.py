@@ -160,25 +160,8 @@ def _fewer_collections():
         gc.set_threshold(*old)
 
 
-def _project_context() -> str:
-    """What the cross-file index (if this run has one) contributes to every file's results."""
-    try:
-        from tapecheck.lint.project import current
-    except ImportError:
-        return ""
-    index = current()
-    if index is None:
-        return ""
-    return repr(sorted((name, sorted(modules)) for name, modules in getattr(index, "by_name", {}).items()))
-
-
 def _learn(path: str, source: bytes, rules: Sequence[Rule], with_digest: bool) -> dict:
     """What a run needs to know from a file's bytes (and the stat index keeps, see cache.py)."""
-    from tapecheck.lint.project import SCREEN, mode_definitions
-
-    names: list[str] = []
-    if path.endswith(".py") and any(word in source for word in SCREEN):  # as ProjectIndex.build reads it
-        names = sorted(mode_definitions(source.decode("utf-8", "replace")))
     if _needs_parse(path, source, rules):
         screen = None
     else:
@@ -187,7 +170,6 @@ def _learn(path: str, source: bytes, rules: Sequence[Rule], with_digest: bool) -
         "digest": content_digest_of(source) if with_digest else "",
         "screen": screen,
         "keras2": KERAS2_MARKER.search(source) is not None,
-        "names": names,
     }
 
 
@@ -205,34 +187,27 @@ def _stat(path: str):
     return status if stat_module.S_ISREG(status.st_mode) else None
 
 
-def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = None, cache=None,
-               build_index: bool = False) -> Report:
+def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = None, cache=None) -> Report:
     """`lint_file` for every path, merged in order. `jobs`: None picks, 1 is one process.
 
     `cache`: a `tapecheck.lint.cache.Cache`, True for the default one, None/False for none.
     With a cache, each file is stat'ed first and read only if it changed since the last run
-    (the cache's stat index). `build_index`: build the cross-file index (TAP403) from what
-    this pass reads or remembers, when no index is in use yet (the CLI's run; `lint_paths`
-    builds its own first).
+    (the cache's stat index). What a file's results depend on in other files (the project
+    modules the program model reads for it) is part of its cache key.
     """
-    from contextlib import nullcontext
-
-    from tapecheck.lint import project
-
     if cache is True:
         from tapecheck.lint.cache import Cache
 
         cache = Cache(rule_codes=[rule.code for rule in rules])
     stats = cache.stat_index() if cache else None
-    index = None
-    if build_index and project.current() is None and any(getattr(r.module, "PROJECT", False) for r in rules):
-        index = project.ProjectIndex()
     results: list[Report | None] = [None] * len(paths)
     dependency_stamps: dict[str, str] = {}
     record_deps: dict[str, list | None] = {}
+    statuses: dict[str, object] = {}
     admitted: list[tuple[int, str, bytes | None, str]] = []  # index, path, source (None: unread), digest
     for position, path in enumerate(paths):
         status = _stat(path) if stats is not None else None  # taken before reading: a later edit changes it
+        statuses[path] = status
         record = stats.lookup(path, status) if stats is not None else None
         if record is not None and "deps" not in record:
             record = None  # remembered before imports were recorded: read it again, once
@@ -255,52 +230,52 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
             found = _keras2_files.get()
             if found is not None:
                 found.add(path)
-        if index is not None and record["names"]:
-            module = project.module_name(path)
-            for name in record["names"]:
-                index.by_name.setdefault(name, []).append(module)
         if record["screen"] is not None:  # no rule can fire: finished here (never parsed, nothing to cache)
             results[position] = Report(errors=[FileError(path, m) for m in record["screen"]], files_checked=1)
             continue
         record_deps[path] = record.get("deps")
         admitted.append((position, path, source, record["digest"]))
 
-    with project.using(index) if index is not None else nullcontext():
+    pending: list[tuple[int, str, bytes, str | None]] = []  # index, path, source, cache key
+    pending_bytes = 0
+    for position, path, source, digest in admitted:
+        key = None
         if cache:
-            cache.set_context(_project_context())
-        pending: list[tuple[int, str, bytes, str | None]] = []  # index, path, source, cache key
-        pending_bytes = 0
-        for position, path, source, digest in admitted:
-            key = None
-            if cache:
-                key = cache.key_for(path, digest + _dependency_stat(record_deps.get(path), dependency_stamps))
-                hit = cache.get(key, path)
-                if hit is not None:
-                    results[position] = Report(findings=hit[0], errors=hit[1], files_checked=1)
+            key = cache.key_for(path, digest + _dependency_stat(record_deps.get(path), dependency_stamps))
+            hit = cache.get(key, path)
+            if hit is not None:
+                results[position] = Report(findings=hit[0], errors=hit[1], files_checked=1)
+                continue
+            if source is None:  # remembered, but its results are not cached (evicted, or a module it reads changed)
+                try:
+                    source = read_source(path)
+                except LintError as exc:
+                    results[position] = Report(errors=[FileError(path, str(exc))], files_checked=1)
                     continue
-                if source is None:  # remembered, but its results are not cached (another cross-file index)
-                    try:
-                        source = read_source(path)
-                    except LintError as exc:
-                        results[position] = Report(errors=[FileError(path, str(exc))], files_checked=1)
-                        continue
-                    if content_digest_of(source) != digest:  # changed under an unchanged stat: start over
-                        results[position] = _lint_one(path, source, rules) if _needs_parse(path, source, rules) \
-                            else screened_out(path, source)
-                        continue
-            pending.append((position, path, source, key))
-            pending_bytes += len(source)
+                if content_digest_of(source) != digest:  # changed under an unchanged stat: learn it again
+                    from tapecheck.lint.model import dependencies
 
-        workers = _choose_jobs(jobs, len(pending), pending_bytes, rules)
-        with _fewer_collections():
-            if workers <= 1:
-                done = [_lint_one(path, source, rules) for _, path, source, _ in pending]
-            else:
-                done = _in_processes(pending, rules, workers)
-        for (position, path, _, key), report in zip(pending, done):
-            results[position] = report
-            if cache and key is not None:
-                cache.put(key, path, report.findings, report.errors)
+                    record = _learn(path, source, rules, with_digest=True)
+                    record["deps"] = dependencies(path, source) if record["screen"] is None else []
+                    if stats is not None:
+                        stats.store(path, statuses.get(path), record)
+                    if record["screen"] is not None:
+                        results[position] = Report(errors=[FileError(path, m) for m in record["screen"]], files_checked=1)
+                        continue
+                    key = cache.key_for(path, record["digest"] + _dependency_stat(record["deps"], dependency_stamps))
+        pending.append((position, path, source, key))
+        pending_bytes += len(source)
+
+    workers = _choose_jobs(jobs, len(pending), pending_bytes, rules)
+    with _fewer_collections():
+        if workers <= 1:
+            done = [_lint_one(path, source, rules) for _, path, source, _ in pending]
+        else:
+            done = _in_processes(pending, rules, workers)
+    for (position, path, _, key), report in zip(pending, done):
+        results[position] = report
+        if cache and key is not None:
+            cache.put(key, path, report.findings, report.errors)
     if stats is not None:
         stats.save()
 
@@ -322,11 +297,7 @@ def _choose_jobs(jobs: int | None, files: int, size: int, rules: Sequence[Rule])
 
 # -- worker processes ---------------------------------------------------------------
 
-def _init_worker(project_index) -> None:
-    if project_index is not None:
-        from tapecheck.lint import project
-
-        project._current.set(project_index)
+def _init_worker() -> None:
     gc.freeze()  # what the imports made: never scanned again
     gc.set_threshold(100_000, *gc.get_threshold()[1:])
 
@@ -352,19 +323,12 @@ def _in_processes(pending, rules: Sequence[Rule], workers: int) -> list[Report]:
 
     import tapecheck.lint.extract  # noqa: F401  (imported once here, inherited by forked workers)
 
-    try:
-        from tapecheck.lint.project import current
-
-        project_index = current()
-    except ImportError:
-        project_index = None
     codes = tuple(rule.code for rule in rules)
     # Largest files first, so no worker is left with a big one at the end.
     order = sorted(range(len(pending)), key=lambda i: -len(pending[i][2]))
     done: list[Report | None] = [None] * len(pending)
     try:
-        with ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init_worker,
-                                 initargs=(project_index,)) as pool:
+        with ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init_worker) as pool:
             futures = {i: pool.submit(_work, pending[i][1], pending[i][2], codes) for i in order}
             for i, future in futures.items():
                 done[i] = future.result()
@@ -373,17 +337,16 @@ def _in_processes(pending, rules: Sequence[Rule], workers: int) -> list[Report]:
         # still in flight. Retry those one process each, so only the guilty file is reported.
         for i in order:
             if done[i] is None:
-                done[i] = _alone(pending[i][1], pending[i][2], codes, project_index)
+                done[i] = _alone(pending[i][1], pending[i][2], codes)
     return done
 
 
-def _alone(path: str, source: bytes, codes: tuple[str, ...], project_index) -> Report:
+def _alone(path: str, source: bytes, codes: tuple[str, ...]) -> Report:
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     try:
-        with ProcessPoolExecutor(1, mp_context=_context(), initializer=_init_worker,
-                                 initargs=(project_index,)) as pool:
+        with ProcessPoolExecutor(1, mp_context=_context(), initializer=_init_worker) as pool:
             return pool.submit(_work, path, source, codes).result()
     except BrokenProcessPool:
         report = Report(files_checked=1)

@@ -62,11 +62,11 @@ def train_step(optimizer, loss_fn, x, y):
 
 from __future__ import annotations
 
+import os
 import re
 
 from tapecheck.lint.facts import GRADIENT_METHODS
-from tapecheck.lint.project import MODE_LAYERS
-from tapecheck.lint.model import model_of
+from tapecheck.lint.model import LIBRARIES, Function, Klass, load_module, model_of
 from tapecheck.rules._common import keras_member, report
 from tapecheck.lint.queries import callee_of, spans_of, variable_owner
 
@@ -74,7 +74,15 @@ CODE = "TAP403"
 NAME = "missing-training-flag"
 SUMMARY = "a model with Dropout/BatchNormalization trained without `training=True`, or validated with it"
 PROBE = True
-PROJECT = True  # reads the cross-file index of model definitions
+# Keras layers that behave differently in training and in inference.
+MODE_LAYERS = frozenset(
+    {
+        "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "AlphaDropout",
+        "GaussianDropout", "GaussianNoise", "BatchNormalization", "SyncBatchNormalization",
+    }
+)
+MAX_PARAMETER_DEPTH = 3  # a parameter holds what its callers pass: followed this many calls up
+BUILTIN_CALLS = frozenset({"print", "len", "range", "zip", "enumerate", "float", "int", "str", "list", "dict", "tuple", "isinstance"})
 TRAINING_TRUE = re.compile(rb"training\s*=\s*True")
 
 
@@ -91,6 +99,20 @@ MODEL_CLASSES = frozenset(
 VALIDATION_STEP = re.compile(r"(val|valid|validation|validate|eval|evaluate|evaluation|test)_step|(val|valid|validate|eval|evaluate)(_\w+)?")
 
 VALID = [
+    # Dropout in one Sequential of the module says nothing about the other one
+    """
+import tensorflow as tf
+from tensorflow.keras import layers
+teacher = tf.keras.Sequential([layers.Dense(16), layers.Dropout(0.3), layers.Dense(1)])
+student = tf.keras.Sequential([layers.Dense(8), layers.Dense(1)])
+opt = tf.keras.optimizers.Adam()
+def distill_step(x):
+    target = teacher(x, training=False)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(student(x) - target))
+    grads = tape.gradient(loss, student.trainable_variables)
+    opt.apply_gradients(zip(grads, student.trainable_variables))
+""",
     # a prediction helper used only outside any tape: inference mode is right
     """
 import tensorflow as tf
@@ -289,36 +311,103 @@ def _local_definitions(facts) -> dict[str, str]:
     return found
 
 
-def _imported(facts, text) -> str:
-    """`models.Net` for `Net` imported from `models` (absolute or relative), else ""."""
-    head, dot, rest = text.partition(".")
-    origin = facts.imports.get(head) or facts.relative_imports.get(head)
-    return origin + dot + rest if origin else ""
+def _definitions(model) -> dict[str, str]:
+    """`_local_definitions` of a file's model, worked out once per file."""
+    if "TAP403.definitions" not in model.memo:
+        model.memo["TAP403.definitions"] = _local_definitions(model.facts)
+    return model.memo["TAP403.definitions"]
 
 
-def _mode_models(facts, spans, local) -> dict[str, str]:
-    """Names bound to a model with a mode-dependent layer -> where that layer is defined."""
-    project = facts.project
-    scopes_with_mode_layers = {facts.scope_of(c.site) for c in facts.calls if _is_mode_layer(facts, c)}
-    models = {}
-    for assign in facts.assigns:
-        if assign.kind != "assign" or assign.value is None or assign.value.kind != "call":
-            continue
-        calls = spans.calls_in(assign.span)
-        if not calls:
-            continue
-        # the target's own value: `net, plain = Net(), Plain()` binds each to its own call
-        made_by = assign.value.func_text or calls[0].func.text
-        origin = _imported(facts, made_by) if made_by else ""
-        if made_by in local and not origin:
-            models[assign.target] = local[made_by]
-        elif origin and project is not None and project.defines(origin, facts.path):
-            models[assign.target] = f"`{made_by}` from `{origin.rpartition('.')[0]}`"
-        elif (assign.value.callee in MODEL_CLASSES if assign.value.func_text else _is_model_class(facts, calls[0])) and (
-            any(_is_mode_layer(facts, c) for c in calls) or facts.scope_of(assign.site) in scopes_with_mode_layers
-        ):
-            models[assign.target] = f"line {assign.site.line}"
-    return models
+def _from_file(made, name: str) -> str:
+    """"`Net` from `models`" for a class or builder of another project file, or "" when it has no
+    mode-dependent layer."""
+    other = made.model
+    definition = made.block.name if isinstance(made, Klass) else made.name
+    if definition not in _definitions(other):
+        return ""
+    module = os.path.splitext(os.path.basename(other.facts.path))[0]
+    return f"`{name}` from `{module}`"
+
+
+def _made_with_mode(model, assign, scopes_with_mode_layers) -> str:
+    """Where the model one assignment makes has its mode-dependent layer; "" when it has none we know of."""
+    facts = model.facts
+    value = assign.value
+    if assign.kind != "assign" or value is None or value.kind != "call":
+        return ""
+    calls = model.spans.calls_in(assign.span)
+    if not calls:
+        return ""
+    # the target's own value: `net, plain = Net(), Plain()` binds each to its own call
+    made_by = value.func_text or calls[0].func.text
+    local = _definitions(model)
+    made = model.binding(made_by, assign.site) if made_by else None
+    if isinstance(made, (Klass, Function)) and made.model is not model:
+        return _from_file(made, made_by)
+    if made_by in local and (made is not None or not _imported(facts, made_by)):
+        return local[made_by]
+    callee = value.callee if value.func_text else callee_of(facts, calls[0])
+    if callee not in MODEL_CLASSES:
+        return ""
+    # `Sequential([...])` holds its layers; a functional `Model(inputs, outputs)` was wired
+    # from layers called before it, in its scope
+    functional = not callee.endswith("Sequential")
+    if any(_is_mode_layer(facts, c) for c in calls) or (functional and facts.scope_of(assign.site) in scopes_with_mode_layers):
+        return f"line {assign.site.line}"
+    return ""
+
+
+def _imported(facts, text) -> bool:
+    head = text.partition(".")[0]
+    return head in facts.imports or head in facts.relative_imports
+
+
+def _imported_model(model, name: str) -> str:
+    """A model made at module level in another project file and imported here (`from nets import net`)."""
+    assign = model.imported_assign(name)
+    if assign is None:
+        return ""
+    origin = model.facts.relative_imports.get(name) or model.facts.imports.get(name)
+    other = load_module(model.facts.path, origin.rpartition(".")[0], name in model.facts.relative_imports)
+    if other is None:
+        return ""
+    where = _made_with_mode(other, assign, _mode_scopes(other))
+    if not where:
+        return ""
+    module = os.path.splitext(os.path.basename(other.facts.path))[0]
+    return where if where.startswith("`") else f"`{name}` from `{module}`, {where}"
+
+
+def _mode_scopes(model) -> set[int]:
+    if "TAP403.scopes" not in model.memo:
+        facts = model.facts
+        model.memo["TAP403.scopes"] = {facts.scope_of(c.site) for c in facts.calls if _is_mode_layer(facts, c)}
+    return model.memo["TAP403.scopes"]
+
+
+def _held(model, name: str, site, depth: int = 0) -> list[str] | None:
+    """For each value `name` may hold at `site`, where its mode-dependent layer is ("" for none);
+    None when unknown. A parameter holds what the calls of its function in this file pass."""
+    facts = model.facts
+    assigns = model.value_assigns(name, site)
+    if not assigns:
+        imported = _imported_model(model, name) if "." not in name else ""
+        return [imported] if imported else None
+    found = []
+    for assign in assigns:
+        if assign.kind == "param":
+            fn = model.functions.get(facts.scope_of(assign.site))
+            arguments = model.arguments_for(fn, assign.target) if fn is not None and depth < MAX_PARAMETER_DEPTH else None
+            if not arguments:
+                return None
+            for call, value in arguments:
+                inner = _held(model, value.text, call.site, depth + 1) if value.kind in ("name", "attribute") else None
+                if inner is None:
+                    return None
+                found += inner
+        else:
+            found.append(_made_with_mode(model, assign, _mode_scopes(model)))
+    return found
 
 
 def _trained_by(facts, spans, tape, model) -> bool:
@@ -335,13 +424,18 @@ def _trained_by(facts, spans, tape, model) -> bool:
     return False
 
 
-def _model_of(facts, call, local, models) -> str:
-    """Where the called model's mode-dependent layer is defined, or "" when it has none we know of."""
+def _model_of(model, call) -> str:
+    """Where the called model's mode-dependent layer is defined, or "" when it has none we know of
+    (or it may be one of several models, not all of them with one)."""
+    facts = model.facts
     text = call.func.text
     if text == "self":
         owner = facts.enclosing_class(call.site)
-        return local.get(owner.name, "") if owner is not None else ""
-    return models.get(text, "")
+        return _definitions(model).get(owner.name, "") if owner is not None else ""
+    if text in BUILTIN_CALLS or facts.imports.get(text.partition(".")[0], "").split(".")[0] in LIBRARIES:
+        return ""
+    held = _held(model, text, call.site)
+    return held[0] if held and all(held) else ""
 
 
 def _helper_in_a_tape(facts, model, spans, call, name) -> str:
@@ -394,15 +488,19 @@ def _training_arg(model, call, flags):
 
 def check(facts):
     model = model_of(facts)
-    local = _local_definitions(facts)
     spans = spans_of(facts)
-    models = _mode_models(facts, spans, local)
-    if not models and not local:
+    if not _definitions(model) and not _mode_scopes(model) and not facts.imports and not facts.relative_imports:
         return
+    recorded = [c for c in facts.calls if any(facts.records(t, c.site) for t in facts.tapes)]
+    # functions a tape runs: a model called there without the flag is trained too
+    under_tape = {fn.block.id for fn in map(model.resolve, recorded) if fn is not None}
     for call in facts.calls:
         if call.func.kind not in ("name", "attribute") or call.site.in_comprehension:
             continue
-        where = _model_of(facts, call, local, models)
+        if not (call.keywords or len(call.args) > 1 or facts.scope_of(call.site) in under_tape
+                or any(facts.records(t, call.site) for t in facts.tapes)):
+            continue  # not trained, and no mode given: nothing to say
+        where = _model_of(model, call)
         if not where:
             continue
         flags = _flags(model, call)

@@ -174,8 +174,7 @@ class _Program:
 
 
 def lint_snapshot(snapshot: Snapshot, settings) -> Result:
-    """Lint one buffer. `settings` is a `tapecheck.lint.config.Settings`; the caller sets the
-    project index (`tapecheck.lint.project.using`) around this call."""
+    """Lint one buffer. `settings` is a `tapecheck.lint.config.Settings`."""
     from tapecheck.lint.config import ConfigError
     from tapecheck.lint.engine import LintError, lint_python
     from tapecheck.lint.notebooks import NotebookError, relocate

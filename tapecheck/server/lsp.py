@@ -8,11 +8,10 @@
   a buffer is being linted mark it dirty: the running lint's result is dropped
   (stale) and the newest text is linted next, so a burst of keystrokes costs one
   lint after the one in progress, and the last version's diagnostics win.
-- The cross-file index (`tapecheck.lint.project.ProjectIndex`: which models hold
-  Dropout/BatchNormalization, for TAP403) is built once per workspace, on the first
-  lint that needs it, kept in memory and refreshed for a file when it is saved
-  (or changed on disk, when the client watches files). A keystroke re-lints one
-  buffer only.
+- Other files of the project: the program model reads the modules a buffer imports
+  from disk (as saved; a module is read again when its size or time changes). When
+  a `.py` file is saved (or changes on disk, when the client watches files), the
+  open buffers that import it are linted again. A keystroke re-lints one buffer only.
 - `[tool.tapecheck]` of the file's project decides the rules and per-file ignores,
   re-read when a `pyproject.toml` is saved or changes on disk.
 
@@ -125,7 +124,6 @@ class TapecheckServer(LanguageServer):
         self._results: dict[str, Result] = {}
         self._published: dict[str, set[str]] = {}  # document key -> URIs it published diagnostics for
         self._settings = None
-        self._index = None  # the workspace's ProjectIndex, built on first need
         self.shut_down = False
         self.lints = 0  # lints run (for the log)
 
@@ -142,7 +140,7 @@ class TapecheckServer(LanguageServer):
         except Exception:  # noqa: BLE001 - reporting must never raise
             logger.exception("could not report an error")
 
-    # -- configuration and the cross-file index -------------------------------------------
+    # -- configuration and the files a buffer imports -----------------------------------------
     @property
     def settings(self):
         if self._settings is None:
@@ -158,48 +156,26 @@ class TapecheckServer(LanguageServer):
             folders = [self.workspace.root_path]
         return folders
 
-    def index(self, rules):
-        """The workspace's ProjectIndex when a selected rule reads it (TAP403), else None."""
-        if not any(getattr(rule.module, "PROJECT", False) for rule in rules):
-            return None
-        if self._index is None:
-            from tapecheck.lint.config import ConfigError
-            from tapecheck.lint.files import discover
-            from tapecheck.lint.project import ProjectIndex
+    def dependents(self, path: str) -> list[str]:
+        """The open buffers (keys) whose code imports the project file `path`: a save of it may
+        change what the model knows of them."""
+        if not path.endswith(".py"):
+            return []
+        from tapecheck.lint.model import dependencies
 
-            def excluded(path, is_dir):
-                try:
-                    return self.settings.excluded(path, is_dir)
-                except ConfigError:
-                    return False
-
-            files, _ = discover(self.roots(), excluded)
-            self._index = ProjectIndex.build(files)
-            logger.info("cross-file index: %d files scanned", len(files))
-        return self._index
-
-    def refresh_file(self, path: str, text: str | None) -> bool:
-        """A file saved or changed on disk: its entries in the index, from `text` (None: deleted).
-        True when what the index knows changed (the other buffers are then linted again)."""
-        if self._index is None or not path.endswith(".py"):
-            return False
-        from tapecheck.lint.project import SCREEN, module_name
-
-        before = {name: list(modules) for name, modules in self._index.by_name.items()}
-        module = module_name(path)
-        for name, modules in list(self._index.by_name.items()):
-            kept = [m for m in modules if m != module]
-            if kept:
-                self._index.by_name[name] = kept
-            else:
-                del self._index.by_name[name]
-        if text is not None and any(word.decode() in text for word in SCREEN):
-            self._index.add(path, text)
-        return {n: sorted(m) for n, m in self._index.by_name.items()} != {n: sorted(m) for n, m in before.items()}
+        target = os.path.abspath(path)
+        found = []
+        for key, document in list(self.workspace.text_documents.items()):
+            if self.workspace.get_notebook_document(cell_uri=key) is not None or not self.is_python(document):
+                continue
+            own = to_fs_path(document.uri)
+            if own and os.path.abspath(own) != target and target in (
+                    os.path.abspath(d) for d in dependencies(own, document.source.encode("utf-8", "replace"))):
+                found.append(key)
+        return found
 
     def config_changed(self) -> None:
         self._settings = None
-        self._index = None  # its exclusions may have changed too
         self.relint_all()
 
     # -- buffers ----------------------------------------------------------------------------
@@ -243,18 +219,7 @@ class TapecheckServer(LanguageServer):
     # -- linting ------------------------------------------------------------------------------
     def lint(self, snapshot: Snapshot) -> Result:
         """Runs on the lint thread."""
-        from contextlib import nullcontext
-
-        from tapecheck.lint.config import ConfigError
-        from tapecheck.lint.project import using
-
-        try:
-            rules = self.settings.rules_for([snapshot.path])
-        except ConfigError:
-            rules = []
-        index = self.index(rules)
-        with using(index) if index is not None else nullcontext():
-            result = lint_snapshot(snapshot, self.settings)
+        result = lint_snapshot(snapshot, self.settings)
         self.lints += 1
         return result
 
@@ -443,11 +408,9 @@ def create_server() -> TapecheckServer:
         if os.path.basename(path) == "pyproject.toml":
             ls.config_changed()
             return
-        document = ls.workspace.text_documents.get(uri)
-        if ls.refresh_file(path, params.text if params.text is not None else (document.source if document else None)):
-            ls.relint_all()  # another buffer may use what this file defines
-        else:
-            ls.schedule(uri)
+        ls.schedule(uri)
+        for key in ls.dependents(path):  # buffers that import it see what was saved
+            ls.schedule(key)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: TapecheckServer, params: types.DidCloseTextDocumentParams):
@@ -471,28 +434,21 @@ def create_server() -> TapecheckServer:
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def watched_files(ls: TapecheckServer, params: types.DidChangeWatchedFilesParams):
-        config = changed = False
+        config, changed = False, set()
         for change in params.changes:
             path = to_fs_path(change.uri) or ""
             if os.path.basename(path) == "pyproject.toml":
                 config = True
             elif path.endswith(".py") and unquote(change.uri) not in ls.workspace.text_documents:
-                text = None
-                if change.type != types.FileChangeType.Deleted:
-                    try:
-                        with open(path, "rb") as handle:
-                            text = handle.read().decode("utf-8", "replace")
-                    except OSError:
-                        text = None
-                changed = ls.refresh_file(path, text) or changed
+                changed.update(ls.dependents(path))
         if config:
             ls.config_changed()
-        elif changed:
-            ls.relint_all()
+        else:
+            for key in changed:
+                ls.schedule(key)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
     def folders_changed(ls: TapecheckServer, params: types.DidChangeWorkspaceFoldersParams):
-        ls._index = None
         ls.relint_all()
 
     @server.feature(types.INITIALIZED)
