@@ -22,8 +22,10 @@ import click
 @click.option("--output", "output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the report to this file instead of standard error.")
 @click.option("--fail-on-findings", is_flag=True, help="Exit with status 1 when there are findings (if the program itself succeeded).")
+@click.option("--merge", "merge", is_flag=True,
+              help="Merge the JSON reports given (one per MultiWorker worker) into one report; runs nothing.")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
-def probe(module, fmt, output, fail_on_findings, program):
+def probe(module, fmt, output, fail_on_findings, merge, program):
     """Run a training program under the runtime probe and report why gradients were None.
 
     \b
@@ -31,10 +33,14 @@ def probe(module, fmt, output, fail_on_findings, program):
     tapecheck probe -m mypackage.train --epochs 3
     tapecheck probe --format json --output probe.json train.py
     tapecheck probe notebook.ipynb              # its code cells, in order
+    tapecheck probe --merge worker0.json worker1.json   # one report of a cluster
 
     The report goes to standard error (or --output); the program keeps stdout.
     Inside @tf.function (and fit) the checks run while the function is traced.
     """
+    if merge:
+        _merge(module, fmt, output, fail_on_findings, program)
+        return
     if module is None and not program:
         raise click.UsageError("give a script to run, or -m MODULE")
     if module is None:
@@ -109,6 +115,28 @@ def probe(module, fmt, output, fail_on_findings, program):
     if fail_on_findings and findings and status == 0:
         status = 1
     sys.exit(status)
+
+
+def _merge(module, fmt, output, fail_on_findings, reports):
+    """`--merge REPORT...`: each finding once, with the workers that saw it."""
+    from tapecheck.probe.merge import MergeError, merge
+    from tapecheck.probe.report import render
+
+    if module is not None:
+        raise click.UsageError("--merge reads reports: it runs no module (-m)")
+    if not reports:
+        raise click.UsageError("--merge needs the JSON reports to merge (tapecheck probe --format json --output ...)")
+    try:
+        findings, merged = merge(list(reports))
+    except MergeError as exc:
+        raise click.BadParameter(str(exc), param_hint="REPORT") from None
+    text = render(findings, fmt, merged=merged)
+    if output:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        sys.stdout.write(text)  # nothing else runs: the merged report is the command's output
+    sys.exit(1 if fail_on_findings and findings else 0)
 
 
 def _exit_status(code) -> int:

@@ -44,6 +44,8 @@ class Collector:
                     "drop_unlocated": drop_unlocated,
                 }
             record["count"] += count
+            if subject is not None:
+                record["details"].setdefault("subject", subject)  # what keeps it apart (a metric, a model)
             for name in names:
                 if name not in record["names"]:
                     record["names"].append(name)
@@ -121,20 +123,76 @@ def report_internal_error(exc: BaseException) -> None:
 JSON_VERSION = 1  # fields are only added; one that changes meaning or goes away bumps it
 
 
-def render(findings, fmt: str = "text") -> str:
+def current_task() -> dict | None:
+    """This process's task in a TensorFlow cluster (TF_CONFIG's `task`), or None.
+
+    Read when the report is written: a script may set TF_CONFIG itself before
+    making its MultiWorkerMirroredStrategy.
+    """
+    import os
+
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        task = config.get("task") or {}
+        kind, index = task.get("type"), task.get("index")
+        if not isinstance(kind, str) or not isinstance(index, int):
+            return None
+        cluster = config.get("cluster") or {}
+        size = sum(len(v) for k, v in cluster.items() if isinstance(v, list) and k != "evaluator")
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return {"type": kind, "index": index, "cluster_size": size}
+
+
+def worker_label(worker: dict) -> str:
+    """`worker 1`, `chief 0`, or the report's file name when it named no task."""
+    if worker.get("type") is not None and worker.get("index") is not None:
+        return f"{worker['type']} {worker['index']}"
+    return str(worker.get("report", "?"))
+
+
+def seen_by(workers) -> str:
+    """"workers 0, 1" (one task type), "chief 0, worker 1", or report names."""
+    kinds = {w.get("type") for w in workers}
+    if len(kinds) == 1 and None not in kinds:
+        kind = kinds.pop()
+        indexes = ", ".join(str(w["index"]) for w in workers)
+        return f"{kind}{'s' if len(workers) > 1 else ''} {indexes}"
+    return ", ".join(worker_label(w) for w in workers)
+
+
+def render(findings, fmt: str = "text", task: dict | None = None, merged: list | None = None) -> str:
+    """The report. `task`: this worker's TF_CONFIG task; `merged`: the reports a `--merge` read.
+
+    A finding of a merged report carries `details["workers"]`: a `workers` field
+    in JSON, "seen by workers 0, 1" in text.
+    """
     if fmt == "json":
         from tapecheck import __version__
 
         codes: dict[str, int] = {}
         for f in findings:
             codes[f.code] = codes.get(f.code, 0) + 1
+        items = []
+        for f in findings:
+            item = f.to_dict()
+            workers = item["details"].pop("workers", None)
+            if workers is not None:
+                item["workers"] = workers
+            items.append(item)
         document = {
             "version": JSON_VERSION,
             "tool": {"name": "tapecheck", "version": __version__, "command": "probe"},
-            "findings": [f.to_dict() for f in findings],
-            "summary": {"findings": len(findings), "by_code": dict(sorted(codes.items())),
-                        "explained_errors": sum(1 for f in findings if f.details.get("explains"))},
         }
+        if task is not None:
+            document["task"] = task
+        if merged is not None:
+            document["merged"] = merged
+        document["findings"] = items
+        document["summary"] = {"findings": len(findings), "by_code": dict(sorted(codes.items())),
+                               "explained_errors": sum(1 for f in findings if f.details.get("explains"))}
+        if merged is not None:
+            document["summary"]["reports"] = len(merged)
         return json.dumps(document, indent=2) + "\n"
     lines = []
     for f in findings:
@@ -143,8 +201,16 @@ def render(findings, fmt: str = "text") -> str:
             lines.append(f"    hint: {f.hint}")
         if f.details.get("explains"):
             lines.append(f"    explains: {f.details['explains']}")
+        if f.details.get("workers"):
+            lines.append(f"    seen by {seen_by(f.details['workers'])}")
     count = len(findings)
-    lines.append(f"tapecheck probe: {count} finding{'' if count == 1 else 's'}.")
+    where = ""
+    if task is not None:
+        where = f" ({worker_label(task)} of {task.get('cluster_size') or '?'})"
+    elif merged is not None:
+        where = f" (merged from {len(merged)} report{'' if len(merged) == 1 else 's'}: " \
+                f"{', '.join(worker_label(m['task'] or m) for m in merged)})"
+    lines.append(f"tapecheck probe: {count} finding{'' if count == 1 else 's'}{where}.")
     return "\n".join(lines) + "\n"
 
 

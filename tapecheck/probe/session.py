@@ -72,6 +72,7 @@ class Probe:
             from tapecheck.probe.training import TrainingFlagHooks
 
             from tapecheck.probe.loud import Notes
+            from tapecheck.probe.nolearning import NoLearning
 
             causes = VariableCauses()
             self._causes = causes
@@ -79,6 +80,7 @@ class Probe:
             updates = UpdateCount()  # optimizer updates: the steps the state hook counts between
             tapes = TapeHooks(self.collector, causes, origins)
             optimizers, state = OptimizerHooks(self.collector, causes, origins, updates), StateHooks(self.collector, updates)
+            optimizers.learning = NoLearning(self.collector)  # read once, at teardown (`finish`)
             self._notes = notes = Notes()  # what hooks knew about an exception passing through them
             tapes.notes = optimizers.notes = state.notes = notes
             self._tapes = tapes
@@ -143,7 +145,9 @@ class Probe:
             return 0
 
     def report(self, fmt: str = "text") -> str:
-        return render(self.findings, fmt)
+        from tapecheck.probe.report import current_task
+
+        return render(self.findings, fmt, task=current_task())
 
     def __enter__(self) -> Probe:  # noqa: PYI034 - Probe is not meant to be subclassed
         return self.start()
