@@ -34,6 +34,7 @@ class TapeInfo:
         "first_call",
         "grad_calls",
         "losses_read",
+        "means",
         "ops",
         "penalties",
         "persistent",
@@ -60,6 +61,7 @@ class TapeInfo:
         self.untrained_calls = None  # models run in inference mode while recording (see training)
         self.losses_read = None  # weakrefs to layers whose `losses` were read while recording (see penalties)
         self.penalties = None  # weakrefs to layers that called `add_loss` while recording (see penalties)
+        self.means = None  # `Mean` ops of one armed eager recording in a replica (see replicas)
 
 
 class TapeHooks:
@@ -69,6 +71,8 @@ class TapeHooks:
         self.origins = origins  # gradient -> its source, for the optimizer hook (TAP401)
         self.gradient_listeners = []  # told (info, sources) after each user `gradient` call
         self.target_listeners = []  # told (info, target, sources, site) after each user `gradient` call
+        self.enter_listeners = []  # told (info) when a user tape's `with` block opens
+        self.exit_listeners = []  # ... and when it closes
         self.extras = []  # hooks installed with these: TAP105 (penalties), TAP601 (replicas)
         self.infos: dict[int, TapeInfo] = {}
         self.lifetimes = Lifetimes(self.infos)
@@ -109,6 +113,10 @@ class TapeHooks:
         import gc
 
         self.tracer.close()
+        for extra in self.extras:
+            finish = getattr(extra, "finish", None)
+            if finish is not None:
+                finish()
         derived.forget()
         gc.collect()  # tapes only held by reference cycles (jacobian's pfor makes some) are not alive
         self._forget_dead()
@@ -140,6 +148,14 @@ class TapeHooks:
             if info is not None and info.user and getattr(tape, "_recording", False):
                 found.append(info)
         return found
+
+    @staticmethod
+    def _tell(listeners, info):
+        for listener in listeners:
+            try:
+                listener(info)
+            except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+                report_internal_error(exc)
 
     # -- wrappers ----------------------------------------------------------
     def install(self, patcher):
@@ -183,6 +199,7 @@ class TapeHooks:
                 hooks._stack().append(info.ref)
                 if info.user:
                     hooks.tracer.begin(info)
+                    hooks._tell(hooks.enter_listeners, info)
             return result
 
         return __enter__
@@ -195,6 +212,8 @@ class TapeHooks:
             if info is not None:
                 info.exit_uid = ops.uid()
                 hooks.tracer.end(info)
+                if info.user:
+                    hooks._tell(hooks.exit_listeners, info)
                 stack = hooks._stack()
                 if info.ref in stack:
                     stack.remove(info.ref)
