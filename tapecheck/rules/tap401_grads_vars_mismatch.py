@@ -46,6 +46,7 @@ def gan_step(generator, discriminator, gen_opt, disc_opt, noise, real, loss_fns)
 
 from __future__ import annotations
 
+from tapecheck.lint.model import model_of
 from tapecheck.rules._common import report
 from tapecheck.lint.queries import call_span, callee_of, method_of, spans_of, variable_owner
 
@@ -59,8 +60,36 @@ TRIGGERS = (b"apply_gradients",)
 SAME_LIST = {"trainable_weights": "trainable_variables", "weights": "variables"}
 # Calls that hand back the gradient list they were given, transformed element-wise.
 PASS_THROUGH = frozenset({"tensorflow.clip_by_global_norm"})
+MAX_REWRITES = 8
 
 VALID = [
+    # the same trainer applying the list it keeps for the generator
+    """
+import tensorflow as tf
+class GAN:
+    def __init__(self, gen, disc):
+        self.gen, self.disc = gen, disc
+        self.g_opt = tf.keras.optimizers.Adam()
+        self.g_vars = gen.trainable_variables
+    def step(self, noise):
+        with tf.GradientTape() as g_tape:
+            g_loss = -tf.reduce_mean(self.disc(self.gen(noise, training=True), training=True))
+        g_grads = g_tape.gradient(g_loss, self.gen.trainable_variables)
+        self.g_opt.apply_gradients(zip(g_grads, self.g_vars))
+""",
+    # a list kept on self from a parameter the class does not keep: cannot compare, silent
+    """
+import tensorflow as tf
+class Trainer:
+    def __init__(self, model, variables):
+        self.model = model
+        self.vars = variables
+    def step(self, x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(self.model(x, training=True))
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.opt.apply_gradients(zip(grads, self.vars))
+""",
     # the variables bound to a name once and used on both sides
     """
 import tensorflow as tf
@@ -98,6 +127,22 @@ opt.apply_gradients(zip([dw, db], [w, b]))
 ]
 
 INVALID = [
+    # a GAN trainer that keeps each model's variable list on self, and applies the wrong one
+    """
+import tensorflow as tf
+class GAN:
+    def __init__(self, gen, disc):
+        self.gen, self.disc = gen, disc
+        self.g_opt = tf.keras.optimizers.Adam()
+        self.g_vars = gen.trainable_variables
+        self.d_vars = disc.trainable_variables
+    def step(self, noise):
+        with tf.GradientTape() as g_tape:
+            fake = self.gen(noise, training=True)
+            g_loss = -tf.reduce_mean(self.disc(fake, training=True))
+        g_grads = g_tape.gradient(g_loss, self.gen.trainable_variables)
+        self.g_opt.apply_gradients(zip(g_grads, self.d_vars))  # expect: TAP401
+""",
     """
 import tensorflow as tf
 def fit_line(x, y, opt):
@@ -126,59 +171,98 @@ def _first_zip(facts, spans, span):
     return None
 
 
-def _zip_for(facts, spans, apply):
+def _one_value(model, name, site):
+    """The one plain assignment `name` holds at `site`, or None (a parameter, several, none)."""
+    reaching = model.assigns_reaching(name, site)
+    if len(reaching) != 1 or reaching[0].kind != "assign" or reaching[0].value is None:
+        return None
+    return reaching[0]
+
+
+def _zip_for(model, spans, apply):
     """The `zip(grads, variables)` call whose pairs `apply` receives."""
+    facts = model.facts
     pairs = apply.arg(0, "grads_and_vars")
     if pairs is None:
         return None
     if pairs.kind == "call":
         return _first_zip(facts, spans, call_span(apply))
     if pairs.kind == "name":
-        reaching = facts.reaching_assigns(pairs.text, apply.site)
-        if len(reaching) == 1 and reaching[0].value is not None and reaching[0].value.kind == "call":
-            return _first_zip(facts, spans, reaching[0].span)
+        assign = _one_value(model, pairs.text, apply.site)
+        if assign is not None and assign.value.kind == "call":
+            return _first_zip(facts, spans, assign.span)
     return None
 
 
-def _gradient_for(facts, spans, name, site, depth=0):
+def _gradient_for(model, spans, name, site, depth=0):
     """The `tape.gradient(...)` call whose result `name` holds at `site`, if one clearly does."""
-    reaching = facts.reaching_assigns(name, site)
-    if len(reaching) != 1 or depth > 3:
+    facts = model.facts
+    assign = _one_value(model, name, site)
+    if assign is None or depth > 3:
         return None
-    calls = spans.calls_in(reaching[0].span)
+    calls = spans.calls_in(assign.span)
     if not calls:
         return None
     first = calls[0]
     if method_of(first) == "gradient":
         return first
     if callee_of(facts, first) in PASS_THROUGH and first.args and first.args[0].kind == "name":
-        return _gradient_for(facts, spans, first.args[0].text, reaching[0].site, depth + 1)
+        return _gradient_for(model, spans, first.args[0].text, assign.site, depth + 1)
     return None
 
 
-def _canonical(facts, text, site):
-    """The dotted text with local aliases replaced: `model.x` after `model = self.model` -> `self.model.x`."""
-    for _ in range(4):
+def _canonical(model, text, site):
+    """The dotted text with aliases replaced, so that two spellings of one list compare equal:
+    `model.x` after `model = self.model` is `self.model.x`; `self.d_vars`, set once to
+    `disc.trainable_variables` in `__init__(self, gen, disc)` beside `self.disc = disc`, is
+    `self.disc.trainable_variables`. None when a name on the way is unknown."""
+    facts = model.facts
+    for _ in range(MAX_REWRITES):
         head, dot, rest = text.partition(".")
-        reaching = facts.reaching_assigns(head, site)
-        if len(reaching) != 1 or reaching[0].value is None or reaching[0].value.kind not in ("name", "attribute"):
-            break
-        text = reaching[0].value.text + dot + rest
-        site = reaching[0].site
+        fn = model.functions.get(facts.scope_of(site))
+        if fn is not None and fn.bound and head == fn.self_name and rest:
+            attribute, dot2, tail = rest.partition(".")
+            assigns = model.attribute_assigns(fn.owner, attribute)
+            if len(assigns) != 1:
+                break  # set in several places, or by the framework: as written
+            assign, method = assigns[0]
+            value = assign.value
+            if assign.kind != "assign" or value is None or value.kind not in ("name", "attribute") or not value.text:
+                break
+            value_head = value.text.partition(".")[0]
+            if value_head in method.params and value_head != method.self_name and "." not in value.text:
+                break  # `self.disc = disc`: the attribute is the canonical name
+            text, site = value.text + dot2 + tail, assign.site
+            continue
+        assign = _one_value(model, head, site)
+        if assign is not None and assign.value.kind in ("name", "attribute") and assign.value.text:
+            text, site = assign.value.text + dot + rest, assign.site
+            continue
+        if fn is not None and fn.bound and head in fn.params and head != fn.self_name:
+            # a parameter of a method: the attribute the method keeps it in
+            holders = {a.target for a in model.assigns_in(fn.block.id)
+                       if a.kind == "assign" and a.value is not None and a.value.kind == "name"
+                       and a.value.text == head and a.target.startswith(fn.self_name + ".")}
+            if len(holders) != 1:
+                return None
+            text = holders.pop() + dot + rest
+            continue
+        break
     owner, _, attribute = text.rpartition(".")
     if owner and attribute in SAME_LIST:
         text = f"{owner}.{SAME_LIST[attribute]}"
     return text
 
 
-def _shape(facts, expr, site):
+def _shape(model, expr, site):
     """A comparable form of a variable list: a dotted text, a tuple of them, or None."""
     if expr is None:
         return None
     if expr.kind in ("name", "attribute"):
-        return _canonical(facts, expr.text, site)
+        return _canonical(model, expr.text, site)
     if expr.kind in ("list", "tuple") and expr.elements and all(e.kind in ("name", "attribute") for e in expr.elements):
-        return tuple(_canonical(facts, e.text, site) for e in expr.elements)
+        shapes = tuple(_canonical(model, e.text, site) for e in expr.elements)
+        return None if None in shapes else shapes
     return None
 
 
@@ -199,28 +283,37 @@ def _mismatch(asked, applied) -> str:
     return ""
 
 
+def _written(expr, shape) -> str:
+    """"`self.d_vars` (that is `self.disc.trainable_variables`)" when an alias was followed."""
+    text = _text(shape)
+    if expr.kind in ("name", "attribute") and expr.text != text:
+        return f"`{expr.text}` (that is `{text}`)"
+    return f"`{text}`"
+
+
 def _text(shape) -> str:
     return shape if isinstance(shape, str) else "[" + ", ".join(shape) + "]"
 
 
 def check(facts):
+    model = model_of(facts)
     spans = spans_of(facts)
     for apply in facts.calls:
         if method_of(apply) != "apply_gradients":
             continue
-        zipped = _zip_for(facts, spans, apply)
+        zipped = _zip_for(model, spans, apply)
         if zipped is None or len(zipped.args) != 2 or zipped.args[0].kind != "name":
             continue
-        gradient = _gradient_for(facts, spans, zipped.args[0].text, zipped.site)
+        gradient = _gradient_for(model, spans, zipped.args[0].text, zipped.site)
         if gradient is None:
             continue
-        asked = _shape(facts, gradient.arg(1, "sources"), gradient.site)
-        applied = _shape(facts, zipped.args[1], zipped.site)
+        asked = _shape(model, gradient.arg(1, "sources"), gradient.site)
+        applied = _shape(model, zipped.args[1], zipped.site)
         why = _mismatch(asked, applied)
         if why:
             yield report(
                 facts, apply.site, CODE,
                 f"`{zipped.args[0].text}` holds the gradients for `{_text(asked)}` (line {gradient.site.line}) "
-                f"but is applied to `{_text(applied)}`, {why}: zip pairs them by position",
+                f"but is applied to {_written(zipped.args[1], applied)}, {why}: zip pairs them by position",
                 f"Apply the gradients to the list they were computed for: `zip({zipped.args[0].text}, {_text(asked)})`.",
             )
