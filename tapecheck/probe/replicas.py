@@ -91,10 +91,10 @@ class ReplicaLossHooks:
 
     def _callback(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
         if op_type != "Mean" or graph is not None:
-            return None
+            return
         info = getattr(self.local, "info", None)
         if info is None or info.means is None:
-            return None
+            return
         try:
             keep_dims = dict(zip(attrs[::2], attrs[1::2])).get("keep_dims", False) if attrs else False
             data, axes = inputs
@@ -104,7 +104,6 @@ class ReplicaLossHooks:
                 info.means[ops.tensor_id(output)] = record
         except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
             report_internal_error(exc)
-        return None
 
     # -- after each user `gradient` call --------------------------------------
     def _gradient_taken(self, info, target, sources, site):
