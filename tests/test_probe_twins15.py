@@ -231,7 +231,7 @@ def test_tap105_names_the_model_as_the_program_does_and_what_regularizes_it(resu
     trainer = finding_of(results, "bad_regularized_trainer.py", "TAP105")
     assert trainer["message"].startswith("`self.model` has regularization (a weight regularizer (L2) on `")
     assert "never adds `self.model.losses`" in trainer["message"]
-    assert "tf.add_n(self.model.losses)" in trainer["hint"]
+    assert "`loss = loss + sum(self.model.losses)`" in trainer["hint"]
     assert trainer["details"]["cause"] == "regularization-losses-dropped"
     step = finding_of(results, "bad_sparse_autoencoder.py", "TAP105")
     assert "an activity regularizer on layer `" in step["message"] and "`self.losses`" in step["message"]

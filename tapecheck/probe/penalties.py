@@ -118,7 +118,9 @@ class PenaltyHooks:
 
     def _report(self, info, site, regularized, penalized):
         target_text, _ = diagnose.call_texts(site)
-        root = _root(site, regularized, penalized)
+        root = _root(site)
+        model = f"`{root}`" if root else f"the model `{_keras_name(regularized, penalized)}`"
+        losses = f"{root or 'model'}.losses"
         parts = []
         if regularized:
             kinds = sorted({_regularizer_name(v) for v in regularized})
@@ -138,13 +140,14 @@ class PenaltyHooks:
             tape = f"the tape made at line {info.site.line} (`with tf.GradientTape()`)"
         else:
             tape = f"the tape made at {info.site.short()}"
+        name = target_text if target_text and target_text.isidentifier() else "loss"
         self.collector.add(
             site, CODE, CAUSE,
-            f"`{root}` has regularization ({'; '.join(parts)}), but the loss {loss} differentiated here never adds "
-            f"`{root}.losses`: no `.losses` was read while {tape} recorded, so this step trains without the "
+            f"{model} has regularization ({'; '.join(parts)}), but the loss {loss} differentiated here never adds "
+            f"`{losses}`: no `.losses` was read while {tape} recorded, so this step trains without the "
             "penalties `fit` would add",
-            f"Add the model's penalties to the loss inside the tape: `loss += tf.add_n({root}.losses)` "
-            f"(or `sum({root}.losses)`).",
+            f"Add the model's penalties to the loss inside the tape: `{name} = {name} + sum({losses})` "
+            "(`tapecheck lint --fix --unsafe-fixes` writes it where the loss has one assignment in the tape).",
             names=[diagnose.describe(v) for v in regularized],
         )
 
@@ -157,16 +160,22 @@ def _regularizer_name(variable) -> str:
 TRAINABLE = (".trainable_variables", ".trainable_weights", ".variables", ".weights")
 
 
-def _root(site, regularized, penalized) -> str:
-    """The model as the program names it (`self.model` in `self.model.trainable_variables`), else its Keras name."""
+def _root(site) -> str | None:
+    """The model as the program names it: `self.model` in `tape.gradient(loss, self.model.trainable_variables)`."""
     text = diagnose.sources_text(site)
     for suffix in TRAINABLE:
         if text and text.endswith(suffix) and len(text) > len(suffix):
-            return text[: -len(suffix)]
+            root = text[: -len(suffix)]
+            return root if all(part.isidentifier() for part in root.split(".")) else None
+    return None
+
+
+def _keras_name(regularized, penalized) -> str:
+    """The model's Keras name, when the program's name for it is not in the `gradient` call."""
     if regularized:
         path = diagnose.describe(regularized[0])
         if "/" in path:
             return path.split("/")[0]
     if penalized:
         return penalized[0].name
-    return "model"
+    return "?"
