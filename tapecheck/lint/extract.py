@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import libcst as cst
 
-from tapecheck.lint.facts import Assign, Block, Call, Compare, Exit, Expr, FileFacts, Site, Tape, Use
+from tapecheck.lint.facts import LAMBDA, Assign, Block, Call, Compare, Exit, Expr, FileFacts, Site, Tape, Use
 from tapecheck.lint.fastcst import FastVisitor, Positions
 
 TAPE_CLASSES = frozenset(
@@ -160,6 +160,8 @@ class FactsBuilder(FastVisitor):
             return Expr("subscript", dotted_name(node.value), tensor_slice=tensor_slice)
         if isinstance(node, (cst.BinaryOperation, cst.UnaryOperation)):
             return Expr("binop", "")
+        if isinstance(node, cst.Lambda):
+            return Expr("lambda", "", value=self._start(node).line + self._line_offset)  # its block's line
         value = literal(node)
         if value is not NOT_LITERAL:
             return Expr("constant", "", value=value)
@@ -263,8 +265,18 @@ class FactsBuilder(FastVisitor):
         return False
 
     def visit_Lambda(self, node: cst.Lambda):
+        self._visit(node.params)  # default values are read here
         self._comprehension += 1  # a lambda body runs later, maybe many times
-        self._visit(node.body)
+        with self._block("function", node, name=LAMBDA):
+            params = node.params
+            for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+                self._bind(param.name, None, "param", param)
+            for star in (params.star_arg, params.star_kwarg):
+                if isinstance(star, cst.Param):
+                    self._bind(star.name, None, "param", star)
+            start = self._order
+            self._visit(node.body)
+            self.facts.exits.append(Exit(self._site(node.body), "return", (start, self._order)))
         self._comprehension -= 1
         return False
 

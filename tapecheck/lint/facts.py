@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 LOOP_KINDS = frozenset({"for", "while"})
 GRADIENT_METHODS = frozenset({"gradient", "jacobian", "batch_jacobian"})
+LAMBDA = "<lambda>"  # the name of a lambda's function block
 SCOPE_KINDS = frozenset({"module", "function", "class"})
 
 

@@ -31,7 +31,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 
-from tapecheck.lint.facts import GRADIENT_METHODS, Block, Call, Compare, FileFacts, Site
+from tapecheck.lint.facts import GRADIENT_METHODS, LAMBDA, Block, Call, Compare, FileFacts, Site
 from tapecheck.lint.queries import (
     METADATA_CALLS, call_span, callee_of, is_metadata, method_of, prefixes, spans_of, variable_owner,
 )
@@ -184,6 +184,7 @@ class Function:
     owner: Block | None  # the class, for a method
     bound: bool  # a method that takes `self` (not a staticmethod)
     model: "ProgramModel" = None  # the model of the file that defines it
+    label: str = ""  # a lambda: the name it is bound to (`self.loss_fn`), for messages
 
     @property
     def name(self) -> str:
@@ -191,6 +192,8 @@ class Function:
 
     @property
     def qualname(self) -> str:
+        if self.label:
+            return self.label
         return f"{self.owner.name}.{self.block.name}" if self.owner is not None else self.block.name
 
     @property
@@ -266,6 +269,7 @@ class ProgramModel:
         self.functions: dict[int, Function] = {}
         self.classes: dict[int, Block] = {}
         self._defs: dict[tuple[str, int, int], Block] = {}  # (name, line, scope) -> function/class block
+        self._lambda_lines: dict[tuple[int, int], int] = {}  # (line, scope) -> lambdas written there
         self._summaries: dict[int, Summary | None] = {}
         self._compares: list = []
         self._compare_orders: list[int] | None = None
@@ -288,6 +292,8 @@ class ProgramModel:
                 continue
             parent_scope = facts.blocks[block.parent].scope if block.parent is not None else 0
             self._defs[(block.name, block.line, parent_scope)] = block
+            if block.name == LAMBDA:
+                self._lambda_lines[(block.line, parent_scope)] = self._lambda_lines.get((block.line, parent_scope), 0) + 1
             if block.kind == "class":
                 self.classes[block.id] = block
                 continue
@@ -373,6 +379,11 @@ class ProgramModel:
         value = assign.value
         if assign.kind != "assign" or value is None:
             return None
+        if value.kind == "lambda":
+            fn = self.lambda_at(value.value, facts.scope_of(assign.site))
+            if fn is not None and not fn.label:
+                fn.label = assign.target
+            return fn
         if value.kind in ("name", "attribute") and value.text:
             return self.binding(value.text, assign.site, depth + 1)
         if value.kind == "call" and value.func_text:
@@ -380,6 +391,13 @@ class ProgramModel:
             if isinstance(made, Klass):
                 return Instance(made)
         return None
+
+    def lambda_at(self, line: int, scope: int) -> Function | None:
+        """The lambda written on `line` in `scope`, when it is the only one there."""
+        found = self._defs.get((LAMBDA, line, scope))
+        if found is None or self._lambda_lines.get((line, scope), 0) != 1:
+            return None
+        return self.functions.get(found.id)
 
     def binding(self, name: str, site: Site, depth: int = 0):
         """What `name` refers to at `site`: a Function, a class Block, an Instance, or None (unknown)."""
@@ -895,6 +913,8 @@ class ProgramModel:
                         fn = target
                     elif isinstance(target, Instance):
                         fn = self.method(target.klass, "call") or self.method(target.klass, "__call__")
+                elif item.kind == "lambda":
+                    fn = self.lambda_at(item.value, self.facts.scope_of(call.site))
                 elif item.kind == "call" and item.func_text:
                     made = self.binding(item.func_text, call.site)
                     if isinstance(made, Klass):

@@ -52,6 +52,17 @@ TRIGGERS = (b"GradientTape",)
 HARMLESS_CALLEES = frozenset({"print", "zip", "len", "id", "repr", "str", "isinstance"})
 
 VALID = [
+    # the source is read inside the tape through a lambda that closes over it
+    """
+import tensorflow as tf
+b = tf.Variable(1.0)
+w = tf.Variable(2.0)
+scale = lambda x: x * b
+with tf.GradientTape() as tape:
+    y = scale(w * 3.0)
+print(b + 1.0)
+g = tape.gradient(y, [w, b])
+""",
     # the attribute is read in another method, which the tape may run: cannot tell, stay silent
     """
 import tensorflow as tf

@@ -204,6 +204,23 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # a lambda given to compile() as the loss, rounding the prediction
+    """
+import tensorflow as tf
+model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+model.compile(optimizer="adam", loss=lambda y_true, y_pred: tf.reduce_mean(tf.round(y_pred) - y_true))  # expect: TAP104
+""",
+    # a lambda kept as the loss, taking the error through NumPy
+    """
+import numpy as np
+import tensorflow as tf
+loss_fn = lambda y, p: tf.reduce_mean(np.abs(y - p))  # expect: TAP104
+def train_step(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # tf.sign: a zero gradient, not None; the weights never move and nothing warns
     """
 import tensorflow as tf
