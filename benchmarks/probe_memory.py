@@ -2,6 +2,7 @@
 
     python benchmarks/probe_memory.py                    # 20,000 steps, probe on
     python benchmarks/probe_memory.py --steps 5000 --baseline   # also the same run without the probe
+    python benchmarks/probe_memory.py --zero-gradient    # the loss through tf.sign: every gradient zero
 
 Each step is a real eager training step of a small Keras model with an extra variable the
 loss never reads, so every step takes the probe's slow path (a None gradient diagnosed and
@@ -46,7 +47,7 @@ def live(cls_name: str) -> int:
     return sum(1 for obj in gc.get_objects() if type(obj).__name__ == cls_name)
 
 
-def run(steps: int, warmup: int, with_probe: bool, trace: bool) -> dict:
+def run(steps: int, warmup: int, with_probe: bool, trace: bool, zero: bool = False) -> dict:
     import keras
     import tensorflow as tf
 
@@ -62,7 +63,8 @@ def run(steps: int, warmup: int, with_probe: bool, trace: bool) -> dict:
 
     def step():
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(x) - y))
+            prediction = model(x)
+            loss = tf.reduce_mean(tf.square((tf.sign(prediction) if zero else prediction) - y))
         variables = model.trainable_variables + [spare]
         grads = tape.gradient(loss, variables)  # `spare`: None every step
         opt.apply_gradients(zip(grads, variables))
@@ -115,13 +117,15 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--baseline", action="store_true", help="also run without the probe")
     parser.add_argument("--no-tracemalloc", action="store_true", help="skip the Python-side measurement (faster)")
+    parser.add_argument("--zero-gradient", action="store_true",
+                        help="the loss through tf.sign: every gradient zero, the no-learning check's copies kept")
     parser.add_argument("--limit", type=int, default=64 * 1024, help="allowed growth of the probe's own memory (bytes)")
     args = parser.parse_args(argv)
     trace = not args.no_tracemalloc
     runs = [("probe on", True)] + ([("probe off", False)] if args.baseline else [])
     status = 0
     for name, with_probe in runs:
-        result = run(args.steps, args.warmup, with_probe, trace and with_probe)
+        result = run(args.steps, args.warmup, with_probe, trace and with_probe, args.zero_gradient)
         (first_step, start), (last_step, end) = result["checkpoints"][0], result["checkpoints"][-1]
         print(f"{name}: {args.steps} steps, measured from step {first_step} to {last_step}, "
               f"{result['elapsed'] / result['measured'] * 1e3:.2f} ms/step"

@@ -4,7 +4,10 @@ Times a small Keras model's step, eager and `@tf.function`, with and without
 the probe, in interleaved blocks (off, on, on, off, ...) so drift in machine
 load falls on both sides; reports the median per-step time and the ratio. A
 third line times an eager step whose gradients include a None (the probe then
-diagnoses every step): the price of a finding, not of watching.
+diagnoses every step): the price of a finding, not of watching. The last two
+time a step whose loss goes through `tf.sign` (every gradient zero: the
+no-learning check copies the variables, traces one eager step's ops and names
+the model, once per probe, i.e. once per block here), eager and traced.
 
     python benchmarks/probe_overhead.py [--rounds 12] [--steps 40]
 """
@@ -24,7 +27,7 @@ import tensorflow as tf
 import tapecheck
 
 
-def build(spare: bool):
+def build(spare: bool, sign: bool = False):
     keras = tf.keras
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
@@ -37,7 +40,8 @@ def build(spare: bool):
 
     def step():
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(y - model(x, training=True)))
+            prediction = model(x, training=True)
+            loss = tf.reduce_mean(tf.square(y - (tf.sign(prediction) if sign else prediction)))
         variables = model.trainable_variables + extra
         grads = tape.gradient(loss, variables)
         optimizer.apply_gradients(zip(grads, variables))
@@ -73,6 +77,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--only", nargs="*", default=None, help="run the cases whose name holds one of these words")
     args = parser.parse_args()
     import warnings
 
@@ -81,13 +86,17 @@ def main():
         ("eager step", build(spare=False)),
         ("tf.function step", tf.function(build(spare=False))),
         ("eager step, one None gradient", build(spare=True)),
+        ("eager step, tf.sign (zero grads)", build(spare=False, sign=True)),
+        ("tf.function step, tf.sign", tf.function(build(spare=False, sign=True))),
     ]
     print(f"tapecheck probe overhead: median of {args.rounds} interleaved blocks of {args.steps} steps "
           f"(TensorFlow {tf.__version__}, {os.cpu_count()} CPUs)")
-    print(f"{'case':<32}{'off (ms)':>10}{'on (ms)':>10}{'ratio':>8}")
+    print(f"{'case':<34}{'off (ms)':>10}{'on (ms)':>10}{'ratio':>8}")
     for name, step in cases:
+        if args.only and not any(word in name for word in args.only):
+            continue
         off, on = measure(step, args.rounds, args.steps)
-        print(f"{name:<32}{off * 1e3:>10.3f}{on * 1e3:>10.3f}{on / off:>8.3f}")
+        print(f"{name:<34}{off * 1e3:>10.3f}{on * 1e3:>10.3f}{on / off:>8.3f}")
 
 
 if __name__ == "__main__":

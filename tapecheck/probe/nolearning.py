@@ -324,7 +324,7 @@ _PRODUCT = {
 }
 _SUM = {"Add", "AddV2", "AddN", "Sub", "ConcatV2", "Concat", "Pack", "Select", "SelectV2"}
 _FIRST = {
-    "Identity", "IdentityN", "Snapshot", "EnsureShape", "Reshape", "Sum", "Mean", "Neg", "Transpose", "Tile",
+    "Identity", "Snapshot", "EnsureShape", "Reshape", "Sum", "Mean", "Neg", "Transpose", "Tile",
     "Cast", "ExpandDims", "Squeeze", "BiasAddGrad", "Pad", "MirrorPad", "StridedSlice", "Slice",
     "UnsortedSegmentSum", "GatherV2", "BroadcastTo", "RealDiv", "Div", "DivNoNan", "ReluGrad", "Relu6Grad",
     "EluGrad", "SeluGrad", "LeakyReluGrad", "SoftplusGrad", "SoftsignGrad", "FusedBatchNormGrad",
@@ -350,7 +350,7 @@ def _structurally_zero(tensor, memo, budget) -> bool:
         if budget[0] < 0:
             return False
         op = t.op
-        deps = _zero_deps(op)
+        deps = _zero_deps(op, t)
         if deps is None:  # a leaf: decided by itself
             memo[t.name] = _zero_leaf(op)
             stack.pop()
@@ -370,10 +370,13 @@ def _floating(tensors):
     return [t for t in tensors if t.dtype.is_floating]
 
 
-def _zero_deps(op):
-    """("any"|"all", inputs) whose zeros make `op`'s output zero, or None for a leaf."""
+def _zero_deps(op, tensor):
+    """("any"|"all", inputs) whose zeros make `tensor` (an output of `op`) zero, or None for a leaf."""
     kind = op.type
     inputs = list(op.inputs)
+    if kind == "IdentityN":  # output i is input i (tf.custom_gradient, tf.recompute_grad)
+        index = tensor.value_index
+        return "all", _floating(inputs[index:index + 1])
     if kind in _PRODUCT:
         return "any", _floating(inputs)
     if kind in _SUM:
@@ -546,7 +549,7 @@ class _EagerTrace:
 
         try:
             op_callbacks.remove_op_callback(self._callback)
-        except (KeyError, ValueError):  # another thread's context: it went with it
+        except Exception:  # noqa: BLE001 - registered on another thread: it stays there, switched off
             pass
 
     def _callback(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
