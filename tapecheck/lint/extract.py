@@ -160,6 +160,8 @@ class FactsBuilder(FastVisitor):
             return Expr("subscript", dotted_name(node.value), tensor_slice=tensor_slice)
         if isinstance(node, (cst.BinaryOperation, cst.UnaryOperation)):
             return Expr("binop", "")
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Call) and dotted_name(node.value.func) == "super":
+            return Expr("super", "", method=node.attr.value)  # `super().call`: the method of a base class
         if isinstance(node, cst.Lambda):
             return Expr("lambda", "", value=self._start(node).line + self._line_offset)  # its block's line
         value = literal(node)

@@ -653,6 +653,8 @@ class ProgramModel:
     # -- calls ------------------------------------------------------------------------------
     def resolve(self, call: Call) -> Function | None:
         """The function of this file a call runs, or None."""
+        if call.func.kind == "super":
+            return self._super_method(call)
         if call.func.kind not in ("name", "attribute") or not call.func.text:
             return None
         target = self.binding(call.func.text, call.site)
@@ -660,6 +662,17 @@ class ProgramModel:
             return target
         if isinstance(target, Instance):
             return self.method(target.klass, "call") or self.method(target.klass, "__call__")
+        return None
+
+    def _super_method(self, call: Call) -> Function | None:
+        """`super().call(x)` in a method: the method of that name in the nearest local base class."""
+        fn = self.functions.get(self.facts.scope_of(call.site))
+        if fn is None or fn.owner is None or not fn.bound or not call.func.method:
+            return None
+        for base in list(self.bases(fn.owner))[1:]:
+            for method in self.methods(base):
+                if method.name == call.func.method:
+                    return method
         return None
 
     def resolve_instance_method(self, name: str, site: Site, method: str) -> Function | None:
@@ -672,7 +685,7 @@ class ProgramModel:
 
         "" when the event is the called thing itself and `fn` takes no `self` for it."""
         bound_by_call = fn.bound and (
-            call.func.kind == "attribute" or isinstance(self.binding(call.func.text, call.site), Instance)
+            call.func.kind in ("attribute", "super") or isinstance(self.binding(call.func.text, call.site), Instance)
         )
         first_arg = min((start for _, start, _ in call.arg_spans), default=call.end_order)
         if order <= first_arg:
@@ -972,14 +985,21 @@ class Tracer:
         if compares:  # a comparison cuts like a call that returns a bool: ordered with the calls
             calls = sorted([*calls, *compares], key=lambda c: c.site.order)
         flow = Flow()
-        for use in model.spans.uses_in(span):
-            order = use.site.order
-            if is_metadata(use.name):
+        reads = [(use.name, use.site.order, None) for use in model.spans.uses_in(span)]
+        for call in calls:
+            if not isinstance(call, Compare) and call.func.kind == "super":  # `super().m(x)` reads `self`
+                fn = model.functions.get(facts.scope_of(call.site))
+                if fn is not None and fn.self_name:
+                    reads.append((fn.self_name, call.site.order, call))
+        for name, order, through in reads:
+            if is_metadata(name):
                 continue
             enclosing = [c for c in calls if c.site.order < order <= c.end_order]
             if any(not isinstance(c, Compare) and callee_of(facts, c) in STOP_CALLS for c in enclosing):
                 continue
-            value = self.flow_of(use.name)
+            value = self.flow_of(name)
+            if through is not None and not value.empty():
+                value = self._through(through, order, value)
             if value.empty():
                 continue
             indexed = [i for i, c in enumerate(enclosing) if not isinstance(c, Compare) and _is_index(facts, c)]

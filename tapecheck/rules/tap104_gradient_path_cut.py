@@ -204,6 +204,25 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # the cut in a subclass's call, on what the base class's call (through super()) returns
+    """
+import tensorflow as tf
+class Scores(tf.keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(3)
+    def call(self, x):
+        return tf.nn.softmax(self.dense(x))
+class Labels(Scores):
+    def call(self, x):
+        return tf.cast(tf.argmax(super().call(x), axis=-1), tf.float32)  # expect: TAP104
+head = Labels()
+def step(x, y, opt):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(head(x) - y))
+    grads = tape.gradient(loss, head.trainable_variables)
+    opt.apply_gradients(zip(grads, head.trainable_variables))
+""",
     # a lambda given to compile() as the loss, rounding the prediction
     """
 import tensorflow as tf
