@@ -111,11 +111,10 @@ class ReplicaLossHooks:
         if replicas < 2 or target is None or isinstance(target, (list, tuple, dict)):
             return
         try:
-            op = target.op
+            op = _through_identity(target).op
         except AttributeError:
             op = None
         if op is not None:
-            op = _through_identity(op)
             if op.type != "Mean" or len(op.inputs) != 2:
                 return
             from tensorflow.python.framework import tensor_util
@@ -164,12 +163,14 @@ class ReplicaLossHooks:
         )
 
 
-def _through_identity(op):
+def _through_identity(tensor):
+    """The graph tensor behind `Identity`/`IdentityN` ops (output i of `IdentityN` is its input i)."""
     for _ in range(8):
+        op = tensor.op
         if op.type not in ("Identity", "IdentityN") or not op.inputs:
             break
-        op = op.inputs[0].op
-    return op
+        tensor = op.inputs[tensor.value_index if op.type == "IdentityN" else 0]
+    return tensor
 
 
 def _mean_record(shape, axes, keep_dims, at):
