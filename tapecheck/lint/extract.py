@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import libcst as cst
 
-from tapecheck.lint.facts import LAMBDA, Assign, Block, Call, Compare, Exit, Expr, FileFacts, Site, Tape, Use
+from tapecheck.lint.facts import LAMBDA, Assign, Block, Call, Compare, Comprehension, Exit, Expr, FileFacts, Site, Tape, Use
 from tapecheck.lint.fastcst import FastVisitor, Positions
 
 TAPE_CLASSES = frozenset(
@@ -71,6 +71,7 @@ class FactsBuilder(FastVisitor):
         self._block_stack: list[int] = []
         self._context: list[str] = ["other"]
         self._comprehension = 0
+        self._comprehensions: list[tuple[int, list]] = []  # open comprehensions: start order, fors
         self._line_offset = 0  # lines of the file before the tree being walked (see walk_parts)
 
     # -- helpers ------------------------------------------------------------
@@ -573,15 +574,24 @@ class FactsBuilder(FastVisitor):
 
     def _comprehension_enter(self, node):
         self._comprehension += 1
+        self._comprehensions.append((self._order, []))
 
     def _comprehension_leave(self, node):
         self._comprehension -= 1
+        start, fors = self._comprehensions.pop()
+        self.facts.comprehensions.append(Comprehension((start, self._order), tuple(fors)))
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension_enter
     leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _comprehension_leave
 
     def visit_CompFor(self, node: cst.CompFor):
+        start = self._order
         self._visit(node.iter)
+        if self._comprehensions:
+            targets = [node.target] if not isinstance(node.target, (cst.Tuple, cst.List)) else [
+                el.value for el in node.target.elements]
+            names = tuple(name for name in map(dotted_name, targets) if name and "." not in name)
+            self._comprehensions[-1][1].append((names, (start, self._order)))
         for condition in node.ifs:
             self._visit(condition)
         self._visit(node.inner_for_in)

@@ -120,6 +120,15 @@ class Use:
 
 
 @dataclass(slots=True, frozen=True)
+class Comprehension:
+    """A list, set, dict or generator comprehension: the orders of its events, and for each of
+    its `for`s the names it binds and the orders of its iterable's events."""
+
+    span: tuple[int, int]
+    fors: tuple[tuple[tuple[str, ...], tuple[int, int]], ...]
+
+
+@dataclass(slots=True, frozen=True)
 class Exit:
     site: Site
     kind: str  # return, break, continue, raise
@@ -146,6 +155,7 @@ class FileFacts:
     deletes: list[Assign] = field(default_factory=list)
     exits: list[Exit] = field(default_factory=list)
     compares: list[Compare] = field(default_factory=list)
+    comprehensions: list[Comprehension] = field(default_factory=list)
     stores: list[Assign] = field(default_factory=list)  # `d[k] = v`: target is the container (`d`), kind "store"
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
     relative_imports: dict[str, str] = field(default_factory=dict)  # `from .models import Net`: Net -> models.Net

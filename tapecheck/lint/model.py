@@ -304,6 +304,12 @@ class ProgramModel:
                 block, tuple(params.get(block.id, ())), owner, owner is not None and not static, self
             )
 
+    def comprehensions_in(self, span: tuple[int, int]) -> list:
+        """The comprehensions that lie within an order span."""
+        start, end = span
+        return [c for c in self.facts.comprehensions if start <= c.span[0] and c.span[1] <= end] \
+            if self.facts.comprehensions else []
+
     def compares_in(self, span: tuple[int, int]) -> list:
         """The comparisons whose events lie in an order span."""
         if self._compare_orders is None:
@@ -985,7 +991,9 @@ class Tracer:
         if compares:  # a comparison cuts like a call that returns a bool: ordered with the calls
             calls = sorted([*calls, *compares], key=lambda c: c.site.order)
         flow = Flow()
-        reads = [(use.name, use.site.order, None) for use in model.spans.uses_in(span)]
+        comprehensions = model.comprehensions_in(span)
+        reads = [(use.name, use.site.order, None) for use in model.spans.uses_in(span)
+                 if not comprehensions or not _iterated(comprehensions, use.site.order)]
         for call in calls:
             if not isinstance(call, Compare) and call.func.kind == "super":  # `super().m(x)` reads `self`
                 fn = model.functions.get(facts.scope_of(call.site))
@@ -997,7 +1005,8 @@ class Tracer:
             enclosing = [c for c in calls if c.site.order < order <= c.end_order]
             if any(not isinstance(c, Compare) and callee_of(facts, c) in STOP_CALLS for c in enclosing):
                 continue
-            value = self.flow_of(name)
+            element = _element_of(comprehensions, name, order) if comprehensions else None
+            value = self.judge(element) if element is not None else self.flow_of(name)
             if through is not None and not value.empty():
                 value = self._through(through, order, value)
             if value.empty():
@@ -1072,6 +1081,27 @@ def _value_unread(name: str, attribute: str) -> bool:
     parts = name.split(".")
     return any(part == attribute and parts[i + 1: i + 2] and parts[i + 1] in VALUE_UNREAD
                for i, part in enumerate(parts[1:], start=1))
+
+
+def _iterated(comprehensions, order: int) -> bool:
+    """The event is in the iterable of a comprehension's `for` that binds a name: the elements the
+    comprehension makes carry it through that name, not directly."""
+    return any(names and start < order <= end for c in comprehensions for names, (start, end) in c.fors)
+
+
+def _element_of(comprehensions, name: str, order: int):
+    """The iterable's order span when `name`, read at `order`, is bound by the `for` of the
+    innermost comprehension around it (`v` in `[tf.Variable(v.numpy()) for v in variables]`)."""
+    head = name.partition(".")[0]
+    best = None
+    for comprehension in comprehensions:
+        start, end = comprehension.span
+        if not start < order <= end or (best is not None and start < best[0]):
+            continue
+        for names, (iter_start, iter_end) in comprehension.fors:
+            if head in names and not iter_start < order <= iter_end:
+                best = (start, (iter_start, iter_end))
+    return best[1] if best is not None else None
 
 
 def _is_index(facts, call) -> bool:

@@ -84,6 +84,18 @@ HINT = (
 SOURCES = "sources"
 
 VALID = [
+    # a penalty over the variables, element by element, and a NumPy copy made only to log
+    """
+import tensorflow as tf
+def step(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+        loss += 1e-4 * tf.add_n([tf.nn.l2_loss(v) for v in model.trainable_variables])
+        norms = [float(tf.norm(v).numpy()) for v in model.trainable_variables]
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    return norms
+""",
     # DQN: the targets come from the target network before the tape, with numpy
     """
 import numpy as np
@@ -204,6 +216,16 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # a copy of the variables through NumPy into new variables, inside the tape
+    """
+import tensorflow as tf
+def meta_step(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        fast = [tf.Variable(w.numpy()) for w in model.trainable_variables]  # expect: TAP104
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, fast[0]) + fast[1] - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # the cut in a subclass's call, on what the base class's call (through super()) returns
     """
 import tensorflow as tf
