@@ -95,7 +95,7 @@ SUMMARY = "a custom loop trains a model with regularizers (or `add_loss`) withou
 PROBE = True
 FIXABLE = True
 
-HINT = "Add the model's penalties to the loss inside the tape: `loss += tf.add_n(model.losses)` (or `sum(model.losses)`)."
+HINT = "Add the model's penalties to the loss inside the tape: `loss += sum(model.losses)` (`tf.add_n` raises on an empty list)."
 
 
 def screen(source: bytes) -> bool:
