@@ -10,6 +10,7 @@ no-learning check copies the variables, traces one eager step's ops and names
 the model, once per probe, i.e. once per block here), eager and traced.
 
     python benchmarks/probe_overhead.py [--rounds 12] [--steps 40]
+    python benchmarks/probe_overhead.py --nolearning-ab   # the probe with and without the no-learning check
 """
 
 from __future__ import annotations
@@ -73,12 +74,44 @@ def measure(step, rounds: int, steps: int) -> tuple[float, float]:
     return statistics.median(off), statistics.median(on)
 
 
+def measure_nolearning(step, rounds: int, steps: int) -> tuple[float, float, float]:
+    """Median per-step time: no probe, the probe without the no-learning check, the probe with it."""
+    from tapecheck.probe import nolearning
+
+    seen = nolearning.NoLearning.seen
+    for _ in range(3):
+        step()
+    times = {"off": [], "without": [], "with": []}
+    modes = ["off", "without", "with"]
+    try:
+        for r in range(rounds):
+            for mode in modes[r % 3:] + modes[:r % 3]:  # rotated: drift falls on all three
+                if mode == "off":
+                    times[mode].append(time_block(step, steps))
+                    continue
+                nolearning.NoLearning.seen = seen if mode == "with" else (lambda *args: None)
+                with tapecheck.probe():
+                    times[mode].append(time_block(step, steps))
+    finally:
+        nolearning.NoLearning.seen = seen
+    return tuple(statistics.median(times[m]) for m in modes)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--only", nargs="*", default=None, help="run the cases whose name holds one of these words")
+    parser.add_argument("--nolearning-ab", action="store_true",
+                        help="time the probe with and without the no-learning check (clean steps)")
     args = parser.parse_args()
+    if args.nolearning_ab:
+        print(f"{'case':<20}{'off (ms)':>10}{'without (ms)':>14}{'with (ms)':>11}{'with/without':>14}{'with/off':>10}")
+        for name, step in [("eager step", build(spare=False)), ("tf.function step", tf.function(build(spare=False)))]:
+            off, without, with_check = measure_nolearning(step, args.rounds, args.steps)
+            print(f"{name:<20}{off * 1e3:>10.3f}{without * 1e3:>14.3f}{with_check * 1e3:>11.3f}"
+                  f"{with_check / without:>14.3f}{with_check / off:>10.3f}")
+        return
     import warnings
 
     warnings.simplefilter("ignore")  # Keras warns once about the None gradient of the third case

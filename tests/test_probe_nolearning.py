@@ -201,3 +201,22 @@ def _line(name: str) -> int:
     lines = Path(__file__).read_text(encoding="utf-8").splitlines()
     (hit,) = [n for n, text in enumerate(lines, start=1) if text.rstrip().endswith(f"# L:{name}")]
     return hit
+
+
+def test_zeros_asked_for_are_reported_at_the_op_that_has_no_gradient():
+    # `unconnected_gradients=ZERO` turns round's None into zeros: nothing raises, nothing learns
+    # (plain tf.Variables: TensorFlow 2.21 cannot make those zeros for Keras 3 variables)
+    kernel = tf.Variable(tf.random.normal((3, 2), seed=2), name="kernel")
+    bias = tf.Variable(tf.zeros((2,)), name="bias")
+    optimizer = keras.optimizers.Adam(0.01)
+    x = tf.random.normal((8, 3), seed=2)
+    with tapecheck.probe() as p:
+        for _ in range(3):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.round(x @ kernel + bias))  # L:round
+            grads = tape.gradient(loss, [kernel, bias], unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            optimizer.apply_gradients(zip(grads, [kernel, bias]))
+    (finding,) = p.findings
+    assert (finding.code, finding.line, finding.details["op"]) == ("TAP104", _line("round"), "Round")
+    assert finding.message.startswith("`tf.round()` (the `Round` op) has no gradient")
+    assert finding.details["sources"] == ["kernel", "bias"] and finding.details["steps"] == 3

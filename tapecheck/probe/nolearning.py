@@ -685,4 +685,4 @@ def _user_name(obj, site) -> str | None:
         if receiver:
             name = receiver.group(1).rsplit(".", 1)[-1]
             return type(obj).__name__ if name == "self" else name
-    return own
+    return own.removesuffix(":0") if isinstance(own, str) else None
