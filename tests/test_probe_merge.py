@@ -9,6 +9,7 @@ Two local processes train `fixtures/probe/multiworker/mwms_sign.py` under
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -17,8 +18,6 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-
-import importlib.util
 
 import jsonschema
 import pytest
@@ -135,7 +134,7 @@ def test_a_merged_report_merges_again_and_fails_on_findings_when_asked(cluster, 
 
 
 def test_what_is_not_a_probe_report_is_refused(cluster, monkeypatch, tmp_path):
-    folder, reports = cluster
+    _, reports = cluster
     from click.testing import CliRunner
 
     from tapecheck.cli import main

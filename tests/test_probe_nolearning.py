@@ -23,10 +23,10 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from probe_objects import assert_restored, patched_objects
 from tensorflow.python.eager import context
 
 import tapecheck
-from probe_objects import assert_restored, patched_objects
 
 FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "nolearning"
 EXPECT = re.compile(r"#\s*probe-expect:\s*(TAP\d{3})")

@@ -50,8 +50,19 @@ class Entry:
     Keras one (not the layer or the model), so a model that goes out of scope before the probe
     stops can still be compared: both copies count against `SNAPSHOT_LIMIT`."""
 
-    __slots__ = ("variable", "snapshot", "iterations", "start", "apply_site", "op", "op_site", "traced",
-                 "handle_id", "model", "name")
+    __slots__ = (
+        "apply_site",
+        "handle_id",
+        "iterations",
+        "model",
+        "name",
+        "op",
+        "op_site",
+        "snapshot",
+        "start",
+        "traced",
+        "variable",
+    )
 
     def __init__(self, variable, snapshot, iterations, start, apply_site, traced):
         self.variable = variable
@@ -549,17 +560,17 @@ class _EagerTrace:
 
         try:
             op_callbacks.remove_op_callback(self._callback)
-        except Exception:  # noqa: BLE001 - registered on another thread: it stays there, switched off
+        except Exception:  # noqa: BLE001, S110 - registered on another thread: it stays there, switched off
             pass
 
     def _callback(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
         if graph is not None or not self.on or len(self.ops) >= self.MAX_OPS:
-            return None
+            return
         from tensorflow.python.eager import record
         from tensorflow.python.framework import ops
 
         if not record.could_possibly_record():
-            return None  # no tape recording: the backward pass, metrics, the optimizer
+            return  # no tape recording: the backward pass, metrics, the optimizer
         try:
             label = _label(op_type, any(t.dtype.is_floating for t in inputs))
             index = len(self.ops)
@@ -569,7 +580,7 @@ class _EagerTrace:
                 self.consumers.setdefault(ops.tensor_id(t), []).append(index)
         except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
             report_internal_error(exc)
-        return None
+        return
 
     def cut_from(self, handle_id):
         """((api, op type), site) of the first zero-gradient op reached from the variable's handle."""
@@ -632,7 +643,7 @@ def _owners(variables, site) -> dict[int, tuple]:
             continue
         try:
             ids = {id(v) for v in obj.trainable_variables}
-        except Exception:  # noqa: BLE001 - a layer that cannot list its variables now
+        except Exception:  # noqa: BLE001, S112 - a layer that cannot list its variables now
             continue
         for vid in ids & wanted.keys():
             holders.setdefault(vid, []).append((isinstance(obj, keras.Model), len(ids), obj))
