@@ -220,3 +220,18 @@ def test_zeros_asked_for_are_reported_at_the_op_that_has_no_gradient():
     assert (finding.code, finding.line, finding.details["op"]) == ("TAP104", _line("round"), "Round")
     assert finding.message.startswith("`tf.round()` (the `Round` op) has no gradient")
     assert finding.details["sources"] == ["kernel", "bias"] and finding.details["steps"] == 3
+
+
+def test_a_nested_probe_gets_the_finding_of_what_it_watched():
+    # as under `pytest --tapecheck` or `tapecheck probe`: the running probe's hooks serve both
+    outer = tapecheck.probe().start()
+    try:
+        with tapecheck.probe() as before:
+            sign_loop(2, learning_rate=0.1)
+        with tapecheck.probe() as clean:
+            keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])  # nothing trained here
+    finally:
+        outer.stop()
+    assert [f.details["cause"] for f in before.findings] == ["zero-gradient"]
+    assert clean.findings == []  # the earlier model's entries are not this probe's
+    assert [f.details["cause"] for f in outer.findings] == ["zero-gradient"]  # and the outer one keeps it

@@ -58,6 +58,7 @@ class Entry:
         "name",
         "op",
         "op_site",
+        "serial",
         "snapshot",
         "start",
         "traced",
@@ -74,6 +75,7 @@ class Entry:
         self.traced = traced
         self.handle_id = None
         self.model, self.name = None, None  # the model's name in the user's code, the variable's in the model
+        self.serial = 0  # the order entries were made in: a nested probe reports the ones made while it ran
 
 
 class NoLearning:
@@ -83,6 +85,7 @@ class NoLearning:
         self.known: dict[tuple, object] = {}  # (id(optimizer), id(first variable), id(last), count): nothing new
         self.met: dict[int, object] = {}  # id(variable) -> a weak reference: the variables looked at
         self.copied = 0
+        self.serial = 0
         self.lock = threading.Lock()
         self.trace = None  # _EagerTrace while armed
         self.waiting: set[int] = set()  # optimizers whose next eager `apply` ends the armed recording
@@ -192,6 +195,8 @@ class NoLearning:
         snapshot = tf.identity(held)  # a new tensor: an update of the variable does not touch it
         entry = Entry(held, snapshot, iterations, start, site, traced)
         with self.lock:
+            self.serial += 1
+            entry.serial = self.serial
             self.entries[id(variable)] = entry
         return entry
 
@@ -236,15 +241,31 @@ class NoLearning:
         except Exception as exc:  # noqa: BLE001 - a probe bug must not hide the run's findings
             report_internal_error(exc)
 
-    def _report(self, entries):
+    def mark(self) -> int:
+        """Where a nested probe starts: `report_into` reports the entries made after it."""
+        return self.serial
+
+    def report_into(self, collector, since: int) -> None:
+        """A nested probe stops: report into its collector what it saw, keeping everything for this probe."""
+        with self.lock:
+            entries = [e for e in self.entries.values() if e.serial > since]
+        try:
+            self._report(entries, collector, keep=True)
+        except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+            report_internal_error(exc)
+
+    def _report(self, entries, collector=None, keep=False):
         import tensorflow as tf
 
+        collector = collector or self.collector
         groups: dict[tuple, list] = {}
         for entry in entries:
-            variable, snapshot = entry.variable, entry.snapshot
-            entry.variable = entry.snapshot = None
-            steps = int(entry.iterations.numpy()) - entry.start
-            entry.iterations = None
+            variable, snapshot, iterations = entry.variable, entry.snapshot, entry.iterations
+            if variable is None or snapshot is None:
+                continue
+            if not keep:
+                entry.variable = entry.snapshot = entry.iterations = None
+            steps = int(iterations.numpy()) - entry.start
             if steps < (1 if entry.traced else 2):
                 continue
             if not bool(tf.reduce_all(tf.equal(snapshot, variable))):
@@ -271,7 +292,7 @@ class NoLearning:
                     f"`apply_gradients` ({where}): an op with a zero gradient (`tf.sign`) or units that are "
                     "never active lie between them and the loss; the weights never move, and nothing warns"
                 )
-            self.collector.add(
+            collector.add(
                 site, "TAP104", "zero-gradient", message, HINT, names=names, subject=model or ",".join(names),
                 steps=steps, model=model or "", op=(op[1] if op else ""),
                 applied_at=[apply_site.short() if apply_site else "?"],

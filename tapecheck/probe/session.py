@@ -29,6 +29,7 @@ class Probe:
         self._notes = None  # loud.Notes, made at start
         self._tapes = None
         self._parent = None  # the running probe this one is nested in (it shares its hooks)
+        self._learning_mark = 0  # nested: where the no-learning entries made while this one runs begin
 
     @property
     def findings(self):
@@ -63,6 +64,8 @@ class Probe:
                     parent.collector.children.append(self.collector)
                 self._parent = parent
                 self._notes, self._tapes = parent._notes, parent._tapes
+                learning = _learning(parent)
+                self._learning_mark = learning.mark() if learning is not None else 0
         if parent is not None:
             return self
         try:
@@ -99,6 +102,9 @@ class Probe:
         parent = self._parent
         if parent is not None:
             self._parent = None
+            learning = _learning(parent)
+            if learning is not None:  # zero gradients are judged when a probe stops: this one's, now
+                learning.report_into(self.collector, getattr(self, "_learning_mark", 0))
             with parent.collector._lock:
                 if self.collector in parent.collector.children:
                     parent.collector.children.remove(self.collector)
@@ -157,6 +163,15 @@ class Probe:
             self.explain(value)
         self.stop()
         return False  # exceptions go on unchanged
+
+
+def _learning(probe):
+    """The running probe's no-learning check (nolearning.NoLearning), or None."""
+    for hooks in probe._hooks:
+        learning = getattr(hooks, "learning", None)
+        if learning is not None:
+            return learning
+    return None
 
 
 def _hide_probe_frames(patcher) -> None:
