@@ -235,3 +235,29 @@ def test_a_nested_probe_gets_the_finding_of_what_it_watched():
     assert [f.details["cause"] for f in before.findings] == ["zero-gradient"]
     assert clean.findings == []  # the earlier model's entries are not this probe's
     assert [f.details["cause"] for f in outer.findings] == ["zero-gradient"]  # and the outer one keeps it
+
+
+@pytest.mark.parametrize("clip", ["global_norm", "value", "loss_scale", "none_good"])
+def test_a_traced_zero_survives_clipping_and_loss_scaling(clip):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.1)
+    if clip == "loss_scale":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    x = tf.random.normal((8, 3), seed=4)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            out = model(x)
+            loss = tf.reduce_mean(tf.square(out - 1.0) if clip == "none_good" else tf.sign(out))
+        grads = tape.gradient(loss, model.trainable_variables)
+        if clip == "global_norm":
+            grads, _ = tf.clip_by_global_norm(grads, 1.0)
+        elif clip == "value":
+            grads = [tf.clip_by_value(g, -0.5, 0.5) for g in grads]
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    with tapecheck.probe() as p:
+        for _ in range(3):
+            step()
+    assert [f.details["cause"] for f in p.findings] == ([] if clip == "none_good" else ["zero-gradient"])

@@ -411,6 +411,8 @@ def _zero_deps(op, tensor):
         return "all", _floating(inputs[index:index + 1])
     if kind in _PRODUCT:
         return "any", _floating(inputs)
+    if kind in ("Maximum", "Minimum", "ClipByValue") and inputs:
+        return _clipped(kind, inputs)
     if kind in _SUM:
         values = _floating(inputs[1:]) if kind in ("Select", "SelectV2") else _floating(inputs)
         return "all", values
@@ -419,6 +421,25 @@ def _zero_deps(op, tensor):
     if kind in _AT and len(inputs) > _AT[kind]:
         return "all", _floating([inputs[_AT[kind]]])
     return None
+
+
+def _clipped(kind, inputs):
+    """`tf.clip_by_value(g, -c, c)` (Minimum then Maximum) keeps a zero: bounds on each side of 0."""
+    def bound(t):
+        value = _constant_value(t.op)
+        return None if value is None or value.size != 1 else float(value.reshape(()))
+
+    if kind == "ClipByValue" and len(inputs) == 3:
+        low, high = bound(inputs[1]), bound(inputs[2])
+        keeps = low is not None and high is not None and low <= 0 <= high
+        return "all", _floating(inputs[:1]) if keeps else []
+    if len(inputs) != 2:
+        return "all", []
+    for value, other in ((inputs[0], inputs[1]), (inputs[1], inputs[0])):
+        limit = bound(other)
+        if limit is not None and (limit <= 0 if kind == "Maximum" else limit >= 0):
+            return "all", _floating([value])
+    return "all", []
 
 
 def _zero_leaf(op) -> bool:
@@ -432,18 +453,23 @@ def _zero_leaf(op) -> bool:
 
 
 def _constant_zero(op) -> bool:
+    value = _constant_value(op)
+    return value is not None and value.dtype.kind == "f" and not value.any()
+
+
+def _constant_value(op):
+    """A graph constant's value (NumPy), or None (not a constant, or a huge one)."""
     if op.type != "Const":
-        return False
+        return None
     try:
         from tensorflow.python.framework import tensor_util
 
         proto = op.get_attr("value")
         if proto.tensor_shape.dim and _elements(proto) > 1 << 20:
-            return False
-        value = tensor_util.MakeNdarray(proto)
-        return value.dtype.kind == "f" and not value.any()
+            return None
+        return tensor_util.MakeNdarray(proto)
     except Exception:  # noqa: BLE001 - not a readable constant: not known to be zero
-        return False
+        return None
 
 
 def _elements(proto) -> int:
