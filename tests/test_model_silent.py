@@ -94,3 +94,8 @@ def test_the_training_flag_finding_names_the_models_own_flag():
 def test_a_trainer_bias_added_after_the_tape_never_moves():
     assert run("bad", "trainer_bias_after_tape.py", 5) == 0.0  # a None gradient: Keras skips it
     assert run("good", "trainer_bias_after_tape.py", 5) > 0.1
+
+
+def test_a_head_whose_loss_term_goes_through_numpy_never_trains():
+    assert run("bad", "multihead_numpy_term.py", 5) == 0.0  # None for that head: skipped with a warning
+    assert run("good", "multihead_numpy_term.py", 5) > 0.01

@@ -412,8 +412,11 @@ class FactsBuilder(FastVisitor):
     def visit_AugAssign(self, node: cst.AugAssign):
         start, first = self._order, len(self.facts.assigns)
         self._visit(node.target, "compute")
+        middle = self._order
         self._visit(node.value, "compute")
         end = self._order
+        if isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
+            self.facts.sums.append(((start, middle), (middle, end)))
         self._bind(node.target, Expr("binop", ""), "augassign", node)
         self._set_spans(first, start, end)
         return False
@@ -540,6 +543,16 @@ class FactsBuilder(FastVisitor):
 
     def visit_BinaryOperation(self, node):
         self._context.append("compute")
+        if isinstance(node.operator, (cst.Add, cst.Subtract)):
+            # a sum: each term's events, for the model to tell a term that no gradient reaches
+            terms = []
+            for term in _terms(node):
+                start = self._order
+                self._visit(term)
+                terms.append((start, self._order))
+            self.facts.sums.append(tuple(terms))
+            return False  # leave_BinaryOperation still runs (as in libcst): it pops the context
+        return None
 
     def leave_BinaryOperation(self, node):
         self._context.pop()
@@ -596,6 +609,13 @@ class FactsBuilder(FastVisitor):
             self._visit(condition)
         self._visit(node.inner_for_in)
         return False
+
+
+def _terms(node):
+    """The terms of a chain of `+` and `-` (`a + b - c`: a, b, c), in source order."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
+        return [*_terms(node.left), *_terms(node.right)]
+    return [node]
 
 
 def extract(parts, path: str) -> FileFacts:

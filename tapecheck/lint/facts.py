@@ -156,6 +156,7 @@ class FileFacts:
     exits: list[Exit] = field(default_factory=list)
     compares: list[Compare] = field(default_factory=list)
     comprehensions: list[Comprehension] = field(default_factory=list)
+    sums: list[tuple[tuple[int, int], ...]] = field(default_factory=list)  # per `a + b - c` (and `+=`): each term's orders
     stores: list[Assign] = field(default_factory=list)  # `d[k] = v`: target is the container (`d`), kind "store"
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
     relative_imports: dict[str, str] = field(default_factory=dict)  # `from .models import Net`: Net -> models.Net

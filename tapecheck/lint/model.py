@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
 
 from tapecheck.lint.facts import GRADIENT_METHODS, LAMBDA, Block, Call, Compare, FileFacts, Site
@@ -147,16 +147,19 @@ def where(file: str, line: int, reporting: str) -> str:
 
 
 class Flow:
-    """The origins a value depends on: `live` through ops with gradients, `cuts` through a cut."""
+    """The origins a value depends on: `live` through ops with gradients, `cuts` through a cut.
+    `partial`: origins that reach the value live, and also through a term of a sum that depends
+    on them only through a cut (that term adds a constant: what only it reaches never trains)."""
 
-    __slots__ = ("live", "cuts")
+    __slots__ = ("live", "cuts", "partial")
 
-    def __init__(self, live=(), cuts=None):
+    def __init__(self, live=(), cuts=None, partial=None):
         self.live: set[str] = set(live)
         self.cuts: dict[str, Cut] = dict(cuts or {})
+        self.partial: dict[str, Cut] = dict(partial or {})
 
     def copy(self) -> "Flow":
-        return Flow(self.live, self.cuts)
+        return Flow(self.live, self.cuts, self.partial)
 
     def empty(self) -> bool:
         return not self.live and not self.cuts
@@ -165,15 +168,23 @@ class Flow:
         self.live |= other.live
         for origin, cut in other.cuts.items():
             self.cuts.setdefault(origin, cut)
+        for origin, cut in other.partial.items():
+            self.partial.setdefault(origin, cut)
 
     def cut_all(self, cut: Cut) -> None:
         for origin in self.live:
             self.cuts[origin] = cut
         self.live.clear()
+        self.partial.clear()  # the whole value is cut now: that is what matters
 
     def only_cut(self, origin: str) -> Cut | None:
         """The cut, when `origin` reaches this value only through one."""
         return None if origin in self.live else self.cuts.get(origin)
+
+    def cut_term(self, origin: str) -> Cut | None:
+        """The cut of a term of a sum that `origin` reaches only through it, while the value as a
+        whole depends on `origin` live."""
+        return self.partial.get(origin) if origin in self.live else None
 
 
 # -- the model's objects -------------------------------------------------------------------
@@ -273,6 +284,8 @@ class ProgramModel:
         self._summaries: dict[int, Summary | None] = {}
         self._compares: list = []
         self._compare_orders: list[int] | None = None
+        self._sums: list = []
+        self._sum_starts: list[int] | None = None
         self._attributes: dict[tuple[int, str], object] = {}
         self._assigns_by_scope: dict[int, list] = {}
         self._uses_by_head: dict[str, list] | None = None
@@ -303,6 +316,15 @@ class ProgramModel:
             self.functions[block.id] = Function(
                 block, tuple(params.get(block.id, ())), owner, owner is not None and not static, self
             )
+
+    def sums_in(self, span: tuple[int, int]) -> list:
+        """The sums (their terms' order spans) whose first term starts within an order span."""
+        if self._sum_starts is None:
+            self._sums = sorted(self.facts.sums, key=lambda terms: terms[0][0])
+            self._sum_starts = [terms[0][0] for terms in self._sums]
+        start, end = span
+        low, high = bisect_left(self._sum_starts, start), bisect_right(self._sum_starts, end)
+        return [terms for terms in self._sums[low:high] if terms[-1][1] <= end]
 
     def comprehensions_in(self, span: tuple[int, int]) -> list:
         """The comprehensions that lie within an order span."""
@@ -955,6 +977,7 @@ class Tracer:
         # hides: a name bound here stands for its new value only (a parameter rebound), not its origin too
         self.model, self.origin_of, self.boundary, self.hides = model, origin_of, boundary, hides
         self.state: dict[str, Flow] = {}
+        self._expanding: set = set()  # sums whose terms are being judged
 
     def known(self, name: str) -> Flow | None:
         for prefix in prefixes(name):
@@ -1030,7 +1053,32 @@ class Tracer:
             flow.merge(value)
         for origin in flow.live:
             flow.cuts.pop(origin, None)
+        if flow.live and model.facts.sums:
+            self._cut_terms(span, flow)
         return flow
+
+    def _cut_terms(self, span: tuple[int, int], flow: Flow) -> None:
+        """Note in `flow.partial` a term of a sum in `span` that a live origin reaches only through a
+        cut, while another term reaches it live (`cls_loss + tf.constant(np.mean(reg.numpy()))`)."""
+        for terms in self.model.sums_in(span):
+            if len(terms) < 2 or terms in self._expanding:
+                continue  # a sum whose other terms are constants spans no more than its first term
+            self._expanding.add(terms)
+            try:
+                flows = [self.judge(term) for term in terms]
+            finally:
+                self._expanding.discard(terms)
+            for origin in flow.live:
+                if origin in flow.partial:
+                    continue
+                live = any(origin in f.live for f in flows)
+                cut = next((f.cuts[origin] for f in flows if origin not in f.live and origin in f.cuts), None)
+                if live and cut is not None and not cut.zero and not cut.what.startswith("a Python `if`"):
+                    flow.partial[origin] = cut
+            for f in flows:
+                for origin, cut in f.partial.items():
+                    if origin in flow.live:
+                        flow.partial.setdefault(origin, cut)
 
     def _through(self, call: Call, order: int, value: Flow) -> Flow:
         model = self.model
@@ -1045,6 +1093,13 @@ class Tracer:
             return value
         returns = summary.returns
         if param in returns.live:
+            cut = returns.partial.get(param)
+            if cut is not None:
+                if fn.model is not model and not cut.file:
+                    cut = replace(cut, file=fn.model.facts.path)
+                cut = cut.through(fn.qualname, call.site, model.facts.path)
+                for origin in value.live:
+                    value.partial.setdefault(origin, cut)
             return value
         cut = returns.cuts.get(param)
         if cut is not None:

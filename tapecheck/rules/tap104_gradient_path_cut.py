@@ -17,6 +17,13 @@ given to `compile()` and a subclassed model trained by `fit()`. The finding is
 on the line of the cut, and says how the tape reaches it; a cut in another file
 is reported at the call here that leads to it.
 
+It also flags a term of a sum (`cls_loss + reg_loss`, `loss += penalty`) that
+depends on the sources only through such a cut while another term keeps them
+live: a multi-head loss whose regression term goes through NumPy. Nothing fails;
+that term adds a constant, and the weights only it reaches (that head) get None.
+A cut factor of a product (per-example weights computed with NumPy) is a
+constant by design and is not flagged.
+
 It stays silent when another path still carries the gradient (labels made with
 `argmax`, an action sampled with `np.random.choice`, indices for `tf.gather`),
 on purpose cuts (`tf.stop_gradient`), static shapes (`np.prod(x.shape)`),
@@ -81,9 +88,26 @@ HINT = (
     "Keep the path from the model to the loss in TensorFlow ops that have gradients "
     "(no .numpy(), NumPy, float() or argmax); compute logging values after the tape."
 )
+TERM_HINT = (
+    "Compute that term with TensorFlow ops on the tensors the tape recorded; if it is meant to "
+    "train nothing, say so with `tf.stop_gradient`."
+)
 SOURCES = "sources"
 
 VALID = [
+    # per-example weights computed through NumPy multiply the loss: constants by design;
+    # a term the code means to keep constant says so with stop_gradient
+    """
+import numpy as np
+import tensorflow as tf
+def train_step(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        pred = model(x, training=True)
+        weights = tf.constant(np.exp(-np.abs(pred.numpy() - y)))
+        loss = tf.reduce_mean(weights * tf.square(pred - y)) + tf.stop_gradient(tf.reduce_mean(pred))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # a penalty over the variables, element by element, and a NumPy copy made only to log
     """
 import tensorflow as tf
@@ -216,6 +240,18 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # one term of a multi-head loss through NumPy: that head never trains
+    """
+import numpy as np
+import tensorflow as tf
+def train_step(model, opt, x, y_cls, y_reg):
+    with tf.GradientTape() as tape:
+        logits, reg = model(x, training=True)
+        cls_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y_cls, logits))
+        loss = cls_loss + tf.constant(np.mean((reg.numpy() - y_reg) ** 2))  # expect: TAP104
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # a copy of the variables through NumPy into new variables, inside the tape
     """
 import tensorflow as tf
@@ -421,7 +457,14 @@ def check(facts):
             continue
         flow = _tape_flow(model, tape, call, roots).get(target.text)
         cut = flow.only_cut(SOURCES) if flow is not None else None
-        if cut is None or _where(facts, cut, call.site) in reported:
+        if cut is None:
+            term = flow.cut_term(SOURCES) if flow is not None else None
+            if term is not None and _where(facts, term, call.site) not in reported:
+                reported.add(_where(facts, term, call.site))
+                yield report(facts, _where(facts, term, call.site), CODE, _term_message(term, target.text, tape, call, facts.path),
+                             TERM_HINT)
+            continue
+        if _where(facts, cut, call.site) in reported:
             continue
         reported.add(_where(facts, cut, call.site))
         consequence = _consequence(cut, f"`{tape.name}.gradient` (line {call.site.line})")
@@ -437,6 +480,16 @@ def check(facts):
             )
         yield report(facts, _where(facts, cut, call.site), CODE, message, HINT)
     yield from _compiled(model, reported)
+
+
+def _term_message(cut, target: str, tape, call, path: str) -> str:
+    where = cut.what if not cut.function else _in(cut, "", path)
+    through = f", which the tape reaches through {cut.path(path)}" if cut.calls else ""
+    return (
+        f"{where} {_has(cut)}, and one term of the sum that makes `{target}` depends on the sources only "
+        f"through it{through}: that term adds a constant, so `{tape.name}.gradient` (line {call.site.line}) "
+        "gets nothing from it, and the weights that only it reaches (a head, a branch) get None"
+    )
 
 
 def _cut_of(model, fn, origin, call, reported):
