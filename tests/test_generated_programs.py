@@ -91,6 +91,11 @@ def statements(draw, depth: int, imports, tapes: list[str], receiver: str = "") 
         "w = tf.Variable(1.0)",
         f"pred = {me}model(x)",
         "x = tf.convert_to_tensor(x.numpy())",
+        "loss = cls_loss + tf.constant(np.mean(pred.numpy()))",
+        "fast = [tf.Variable(v.numpy()) for v in model.trainable_variables]",
+        "pred = scale(pred)",
+        "loss = lambda_loss(y, pred)",
+        "loss = recursive_loss(model, x, y, 3)",
     ]
     if tapes:
         tape = draw(st.sampled_from(tapes))
@@ -102,6 +107,8 @@ def statements(draw, depth: int, imports, tapes: list[str], receiver: str = "") 
             f"{tape}.watch(x)",
             f"del {tape}",
             f"use_tape({tape})",
+            f"grads = apply_grads({tape}, loss, {me}model)",
+            f"apply_grads({tape}, total, {me}model)",
         ]
     lines: list[tuple[int, str]] = []
     for _ in range(draw(st.integers(1, 5))):
@@ -150,6 +157,28 @@ def loops(draw) -> list[tuple[int, str]]:
         lines.append((0, "optimizer = tf.keras.optimizers.legacy.Adam(lr=0.1)"))
     if draw(st.booleans()):
         lines += [(0, "def compute_loss(model, x, y):"), (1, "return loss_fn(y, model(x, training=True))")]
+    if draw(st.booleans()):  # helpers the program model follows: a tape handed in, recursion, closures, lambdas
+        lines += [
+            (0, "def apply_grads(tape, loss, model):"),
+            (1, "grads = tape.gradient(loss, model.trainable_variables)"),
+            (1, "return apply_grads(tape, loss, model) if grads is None else grads"),
+            (0, "def recursive_loss(model, x, y, depth):"),
+            (1, "return recursive_loss(model, x, y, depth - 1) if depth else loss_fn(y, model(x))"),
+            (0, "b = tf.Variable(0.0)"),
+            (0, "scale = lambda t: t * b + tf.round(t)"),
+            (0, draw(st.sampled_from(["lambda_loss = lambda y, p: tf.reduce_mean(np.abs(y - p))",
+                                      "lambda_loss = lambda y, p: lambda_loss(p, y)"]))),
+        ]
+    if draw(st.booleans()):  # a local layer whose call goes through super()
+        lines += [
+            (0, "class Base(tf.keras.layers.Layer):"),
+            (1, "def call(self, x):"),
+            (2, "return tf.argmax(x, axis=-1)"),
+            (0, "class Head(Base):"),
+            (1, "def call(self, x):"),
+            (2, "return tf.cast(super().call(x), tf.float32) + super().missing(x)"),
+            (0, "model = Head()"),
+        ]
     layout = draw(st.sampled_from(["function", "module", "class", "nested-function"]))
     decorator = draw(st.sampled_from([None, "@tf.function", "@tf.function(jit_compile=True)", "@functools.wraps(f)"]))
     if layout == "module":
@@ -245,6 +274,23 @@ def test_generated_loops_give_the_same_findings_with_crlf_and_a_bom(lines):
 def test_truncated_programs_never_raise_anything_but_a_lint_error(lines, cut):
     source = render(lines)
     lint(source[: cut % (len(source) + 1)])  # most cuts are syntax errors: LintError is fine
+
+
+@settings(max_examples=LOOPS // 3, **COMMON)
+@given(loops(), loops(), st.sampled_from(["from helpers import *", "from helpers import apply_grads, compute_loss",
+                                          "import helpers", "from . import helpers"]))
+def test_generated_two_module_projects_lint_without_internal_errors(tmp_path_factory, helpers, train, import_line):
+    """Two generated files, one importing the other (and `helpers.py` importing `train.py` back):
+    the model reads across them, cycles included, and never fails."""
+    from tapecheck.lint import lint_paths
+
+    folder = tmp_path_factory.mktemp("project")
+    (folder / "helpers.py").write_text(render(helpers) + "from train import train_step\n", encoding="utf-8")
+    (folder / "train.py").write_text(import_line + "\n" + render(train), encoding="utf-8")
+    report = lint_paths([str(folder)], jobs=1)
+    assert [e for e in report.errors if "internal error" in e.message] == []
+    for finding in report.findings:
+        assert finding.line >= 1 and finding.col >= 1
 
 
 # -- arbitrary programs from the grammar -------------------------------------------------------
