@@ -123,6 +123,8 @@ class NoLearning:
             met = self.met.get(id(variable))
             if met is not None and met() is variable:
                 continue
+            if len(self.met) > 100000:  # models made again and again (k-fold): forget the dead ones
+                self.met = {k: ref for k, ref in self.met.items() if ref() is not None}
             try:
                 self.met[id(variable)] = weakref.ref(variable)
             except TypeError:
@@ -142,17 +144,17 @@ class NoLearning:
         zero = [v for (_, v), nonzero in zip(pairs, flags) if not nonzero]
         if not zero:
             return
-        site = sites.user_site(3)
+        site = sites.user_site(3) or _stack_site()
         start = int(optimizer.iterations.numpy())
-        fresh = []
+        fresh = []  # (entry, variable)
         for variable in zero:
             entry = self._copy(variable, optimizer, start, site, traced=False)
             if entry is not None:
                 entry.handle_id = _handle_id(variable)
-                fresh.append(entry)
+                fresh.append((entry, variable))
         if fresh:
-            _name(fresh, [v for v in zero if id(v) in self.entries], site)
-            self._arm(optimizer, fresh)
+            _name(fresh, site)
+            self._arm(optimizer, [entry for entry, _ in fresh])
 
     def _traced(self, optimizer, pairs):
         import tensorflow as tf
@@ -173,9 +175,9 @@ class NoLearning:
                 entry = self._copy(variable, optimizer, start, site, traced=True)
                 if entry is not None:
                     entry.op, entry.op_site = _graph_cut(graph, variable)
-                    fresh.append(entry)
+                    fresh.append((entry, variable))
         if fresh:
-            _name(fresh, [v for v in zero if id(v) in self.entries], site)
+            _name(fresh, site)
 
     def _copy(self, variable, optimizer, start, site, traced):
         import tensorflow as tf
@@ -661,7 +663,7 @@ def _tf_variable(variable):
     return variable if isinstance(variable, tf.Variable) else None
 
 
-def _name(entries, variables, site) -> None:
+def _name(pairs, site) -> None:
     """Each entry's model as the user's code names it, and the variable's name in that model.
 
     Done once, when a variable's first gradient is zero (never on a clean run): the
@@ -670,11 +672,11 @@ def _name(entries, variables, site) -> None:
     `.trainable_variables` on the `apply_gradients` line, else by Keras's name.
     """
     try:
-        owners = _owners(variables, site)
+        owners = _owners([variable for _, variable in pairs], site)
     except Exception as exc:  # noqa: BLE001 - names are a nicety: Keras's own will do
         report_internal_error(exc)
         owners = {}
-    for entry, variable in zip(entries, variables):
+    for entry, variable in pairs:
         entry.model, entry.name = owners.get(id(variable), (None, _path(variable)))
 
 
