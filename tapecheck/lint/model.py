@@ -713,7 +713,8 @@ class ProgramModel:
 
         "" when the event is the called thing itself and `fn` takes no `self` for it."""
         bound_by_call = fn.bound and (
-            call.func.kind in ("attribute", "super") or isinstance(self.binding(call.func.text, call.site), Instance)
+            call.func.kind in ("attribute", "super")
+            or isinstance(self.binding(call.func.text, call.site), (Instance, Klass))  # `Net(x)` runs `__init__(self, x)`
         )
         first_arg = min((start for _, start, _ in call.arg_spans), default=call.end_order)
         if order <= first_arg:
@@ -809,6 +810,24 @@ class ProgramModel:
             path = inner.gradients.get(param) if param else None
             if path:
                 yield value.text, path, callee.model.facts.path if callee.model is not self else ""
+
+    def returned_calls(self, fn: Function) -> list | None:
+        """The outermost call each `return` of `fn` returns (`return keras.Sequential([...])`), or None
+        when some return is not a call (or there is none)."""
+        facts = self.facts
+        exits = [e for e in facts.exits if e.kind == "return" and facts.scope_of(e.site) == fn.block.id]
+        found = []
+        for exit_ in exits:
+            calls = self.spans.calls_in(exit_.span) if exit_.span != (0, 0) else []
+            outer = calls[0] if calls else None
+            if outer is None or any(c.end_order > outer.end_order for c in calls):
+                return None  # `return a(x) + b(x)`, `return model, opt`: not one call
+            for use in self.spans.uses_in(exit_.span):
+                inside = outer.site.order <= use.site.order <= outer.end_order
+                if not inside and not outer.func.text.startswith(use.name):
+                    return None
+            found.append(outer)
+        return found or None
 
     def tape_uses(self, tape) -> list[TapeUse]:
         """Each use of `tape`'s recording in its scope, in source order: its own `gradient`/`jacobian`
@@ -911,6 +930,12 @@ class ProgramModel:
                 self._calls_by_name.setdefault(call.func.text.rpartition(".")[2], []).append(call)
         found = self._callers.get(fn.block.id)
         if found is None:
+            if fn.name == "__init__" and fn.owner is not None:  # `Trainer(model)` runs `Trainer.__init__`
+                found = [c for c in self._calls_by_name.get(fn.owner.name, ())
+                         if isinstance(made := self.binding(c.func.text, c.site), Klass) and made.block is fn.owner
+                         and self.method(made, "__init__") is fn]
+                self._callers[fn.block.id] = found
+                return list(found)
             # a call names the function (`helper(x)`, `self.helper(x)`), or calls an instance (`net(x)` runs `call`)
             candidates = self.spans.calls if fn.name in ("call", "__call__") else self._calls_by_name.get(fn.name, ())
             found = self._callers[fn.block.id] = [c for c in candidates if self.resolve(c) is fn]

@@ -8,14 +8,17 @@ flags variables asked from a tape made with `watch_accessed_variables=False`
 that never watches them, variables made with `trainable=False` (followed through
 aliases and `self.` attributes), and a variable that the training loop rebinds to
 a tensor with a manual update (`w = w - lr * g`): from the second pass on it is a
-plain tensor.
+plain tensor. And a Keras model or layer given itself as the sources
+(`tape.gradient(loss, self.model)`), instead of its `trainable_variables`.
 
 ## Why is this bad?
 A tape follows `tf.Variable`s it sees used, and nothing else unless told to:
 every other tensor is a constant to it. The gradient with respect to an
 unwatched tensor is `None`, silently, even when the target clearly depends on
 it. Input gradients (saliency maps, adversarial examples, physics-informed
-losses, gradient penalties) all need `tape.watch`.
+losses, gradient penalties) all need `tape.watch`. A model is not a structure of
+tensors: given as the sources, `gradient` fails with an AttributeError about `_id`
+that names neither the model nor the fix.
 
 ## Example
 ```python
@@ -40,8 +43,9 @@ dy_dx = tape.gradient(y, x)  # [2.0, 4.0, 6.0]
 ```
 '''
 
-from tapecheck.lint.model import model_of
-from tapecheck.lint.queries import is_metadata
+from tapecheck.lint.facts import Expr
+from tapecheck.lint.model import Function, Klass, is_keras_class, model_of
+from tapecheck.lint.queries import callee_of, is_metadata
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP103"
@@ -57,6 +61,17 @@ TENSOR_MODULES = frozenset(
 VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
 
 VALID = [
+    # the model's variables, and a model passed in (we cannot tell what it is)
+    """
+import tensorflow as tf
+model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+def step(net, x):
+    with tf.GradientTape(persistent=True) as tape:
+        loss = tf.reduce_mean(net(x)) + tf.reduce_mean(model(x))
+    grads = tape.gradient(loss, model.trainable_variables), tape.gradient(loss, net)
+    del tape
+    return grads
+""",
     """
 import tensorflow as tf
 def saliency(model, images):
@@ -108,6 +123,19 @@ def f(helper):
 ]
 
 INVALID = [
+    # the model itself given as the sources
+    """
+import tensorflow as tf
+class Trainer:
+    def __init__(self):
+        self.model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+        self.opt = tf.keras.optimizers.Adam()
+    def step(self, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.model(x, training=True) - y))
+        grads = tape.gradient(loss, self.model)  # expect: TAP103
+        self.opt.apply_gradients(zip(grads, self.model.trainable_variables))
+""",
     # a tensor made by arithmetic on a constant is still a plain tensor
     """
 import tensorflow as tf
@@ -201,6 +229,87 @@ def _kind_of_binding(model, assign, depth: int = 0) -> str:
     return "tensor"
 
 
+MAX_DEPTH = 4  # bindings, returns and callers followed
+MODEL_CLASSES = frozenset({"keras.Model", "keras.Sequential", "tensorflow.keras.Model", "tensorflow.keras.Sequential",
+                           "keras.models.Model", "keras.models.Sequential", "tensorflow.keras.models.Model",
+                           "tensorflow.keras.models.Sequential", "tf_keras.Model", "tf_keras.Sequential"})
+
+
+def _keras_object(model, source, site) -> str:
+    """"model" or "layer" when every value `source` may hold is one Keras object of that kind, else ""."""
+    if source.kind not in ("name", "attribute") or not source.text:
+        return ""
+    kinds = _kinds_held(model, source.text, site, 0)
+    return kinds.pop() if kinds and len(kinds) == 1 and "" not in kinds else ""
+
+
+def _kinds_held(model, name, site, depth) -> set[str] | None:
+    """The kinds ("model", "layer", "" for anything else) of the values `name` may hold at `site`:
+    through aliases and `self.` attributes, a builder function's returns, and the arguments the
+    calls of this file pass for a parameter (a trainer made with `Trainer(build_model())`)."""
+    facts = model.facts
+    assigns = model.value_assigns(name, site)
+    if not assigns or depth > MAX_DEPTH:
+        return None
+    kinds: set[str] = set()
+    for assign in assigns:
+        if assign.kind == "param":
+            fn = model.functions.get(facts.scope_of(assign.site))
+            arguments = model.arguments_for(fn, assign.target) if fn is not None else None
+            if not arguments:
+                return None
+            for call, value in arguments:
+                inner = _kind_of_value(model, value, call.site, depth + 1)
+                if inner is None:
+                    return None
+                kinds |= inner
+            continue
+        if assign.kind != "assign" or assign.value is None:
+            return None
+        inner = _kind_of_value(model, assign.value, assign.site, depth + 1)
+        if inner is None:
+            return None
+        kinds |= inner
+    return kinds
+
+
+def _kind_of_value(model, value, site, depth) -> set[str] | None:
+    if value.kind in ("name", "attribute") and value.text:
+        return _kinds_held(model, value.text, site, depth)
+    if value.kind != "call":
+        return {""}
+    callee = value.callee
+    if callee in MODEL_CLASSES or is_keras_class(callee, "models"):
+        return {"model"}
+    if is_keras_class(callee, "layers"):
+        return {"layer"}
+    made = model.binding(value.func_text, site) if value.func_text else None
+    if isinstance(made, Klass):
+        if not made.model.is_keras(made.block):
+            return {""}
+        models = any(is_keras_class(b, "models") or b.rsplit(".", 1)[-1] in ("Model", "Sequential")
+                     for cls in made.model.bases(made.block) for b in cls.bases)
+        return {"model" if models else "layer"}
+    if isinstance(made, Function) and made.model is model and depth <= MAX_DEPTH:
+        returned = model.returned_calls(made)
+        if not returned:
+            return None
+        kinds: set[str] = set()
+        for call in returned:
+            inner = _kind_of_value(model, _as_value(model.facts, call), call.site, depth + 1)
+            if inner is None:
+                return None
+            kinds |= inner
+        return kinds
+    return None
+
+
+def _as_value(facts, call):
+    """A call fact as the value of an assignment (what `_kind_of_value` reads)."""
+    named = call.func.kind in ("name", "attribute")
+    return Expr("call", "", callee=callee_of(facts, call) if named else "", func_text=call.func.text if named else "")
+
+
 def _not_trainable(value) -> bool:
     flag = value.keywords.get("trainable") if value is not None else None
     return flag is not None and flag.value is False and flag.kind in ("constant", "name")
@@ -231,6 +340,15 @@ def check(facts):
         if "*" in watched:
             continue
         for source in flatten(call.arg(1, "sources")):
+            made = _keras_object(model, source, call.site)
+            if made:
+                yield report(
+                    facts, call.site, CODE,
+                    f"`{source.text}` is a Keras {made}, not its variables: `{tape.name}.gradient` cannot take "
+                    "it as a source and raises AttributeError (\"object has no attribute '_id'\")",
+                    f"Ask for `{source.text}.trainable_variables`.",
+                )
+                continue
             if source.kind == "attribute" and tape.watch_accessed_variables is False and not watches:
                 yield report(
                     facts, call.site, CODE,
