@@ -64,7 +64,11 @@ CONDITIONAL_BLOCKS = frozenset({"if", "else", "except", "match", "for", "while",
 GUARD_BLOCKS = frozenset({"if", "else", "except", "match"})
 
 # -- what makes state --------------------------------------------------------------------
-VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
+VARIABLE_CLASSES = frozenset({
+    "tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable",
+    # the Keras backend's constructor (`K.variable`): a tf.Variable too
+    "tensorflow.keras.backend.variable", "keras.backend.variable", "tf_keras.backend.variable",
+})
 KERAS_ROOTS = ("keras.", "tensorflow.keras.", "tf_keras.", "tensorflow.python.keras.")
 MAX_ALIAS_DEPTH = 8
 MAX_CALL_DEPTH = 40  # summaries computed inside one another; deeper calls are unknown

@@ -44,7 +44,7 @@ dy_dx = tape.gradient(y, x)  # [2.0, 4.0, 6.0]
 '''
 
 from tapecheck.lint.facts import Expr
-from tapecheck.lint.model import Function, Klass, is_keras_class, model_of
+from tapecheck.lint.model import VARIABLE_CLASSES, Function, Klass, is_keras_class, model_of
 from tapecheck.lint.queries import callee_of, is_metadata
 from tapecheck.rules._common import flatten, report
 
@@ -58,7 +58,6 @@ TRIGGERS = (b"GradientTape",)
 TENSOR_MODULES = frozenset(
     {"tensorflow", "tensorflow.math", "tensorflow.random", "tensorflow.linalg", "tensorflow.image", "tensorflow.signal"}
 )
-VARIABLE_CLASSES = frozenset({"tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable"})
 
 VALID = [
     # the model's variables, and a model passed in (we cannot tell what it is)

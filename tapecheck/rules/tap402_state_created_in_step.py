@@ -137,6 +137,16 @@ def train(model, ds):
 ]
 
 INVALID = [
+    # the Keras backend's variable, made by a loss given to compile()
+    """
+import tensorflow as tf
+from tensorflow.keras import backend as K
+def weighted_loss(y_true, y_pred):
+    weights = K.variable([1.0, 2.0])  # expect: TAP402
+    return K.mean(K.square(y_true - y_pred) * weights)
+model = tf.keras.Sequential([tf.keras.layers.Dense(2)])
+model.compile(optimizer="adam", loss=weighted_loss)
+""",
     # a helper called by the traced step makes the metric
     """
 import tensorflow as tf
