@@ -39,6 +39,7 @@ from tapecheck.probe import optrace, sites
 
 # Ops whose registered gradient returns None (so `get_gradient_function` cannot tell).
 _NO_GRADIENT_TYPES = optrace.NO_GRADIENT
+_SHAPE_TYPES = {"Shape", "ShapeN", "Size", "Rank", "VariableShape", "TensorListLength", "TensorArraySizeV3"}
 _MAX_OPS = 20000  # a walk of the traced graph never runs away on huge models
 
 
@@ -51,6 +52,7 @@ class Cause:
     op: str | None = None
     at: object = None  # the op's own user line (traced code), reported there
     certain: bool = True  # False: eager, the op is unknown; reported only if the static pass locates it
+    frames: list | None = None  # (path, line, function) of the user frames that made the op, outermost first
 
 
 def is_variable(obj) -> bool:
@@ -221,8 +223,17 @@ def target_cause(info, targets, names) -> Cause | None:
     return None
 
 
-def target_cut_off(info, targets, names) -> Cause:
-    op, at = graph_cut(targets, None)
+def target_cut_off(info, targets, names, sources=()) -> Cause:
+    """The target did not reach the tape: the op that cut it, first on a path from one of `sources`."""
+    op, at, frames = None, None, None
+    for source in sources[:8]:  # a cut on the sources' path, not one on the labels' (`y_true > 0.5`)
+        op, at, frames = graph_cut_frames(targets, source)
+        if op is None and targets and _is_eager(targets[0]):
+            op, at = optrace.eager_cut(info, targets, _source_id(source))
+        if op is not None:
+            break
+    if op is None:
+        op, at, frames = graph_cut_frames(targets, None)
     if op is None and targets and _is_eager(targets[0]):
         op, at = optrace.eager_cut(info, targets, None)
         if op is None and optrace.made_outside_tensorflow(info, targets):
@@ -235,7 +246,7 @@ def target_cut_off(info, targets, names) -> Cause:
                  f"the gradient target `{names}` is cut off from the tape by a non-differentiable op{found}: "
                  "every gradient is None",
                  "Keep the loss differentiable: no argmax, int casts or `.numpy()` between the model and the loss.",
-                 op, at)
+                 op, at, frames=frames)
 
 
 def source_cause(info, tape, handle, source, watched_handles, other_tapes, targets) -> Cause:
@@ -261,7 +272,7 @@ def source_cause(info, tape, handle, source, watched_handles, other_tapes, targe
                      f"source {{names}} is a tensor never watched by the tape made at line "
                      f"{info.site.line if info.site else '?'}: its gradient is None",
                      "Call `tape.watch(x)` inside the `with` block, before using it.")
-    op, at = graph_cut(targets, source)
+    op, at, frames = graph_cut_frames(targets, source)
     if op is None and targets and _is_eager(targets[0]):
         op, at = optrace.eager_cut(info, targets, ops.tensor_id(source.handle if is_variable(source) else source))
     elif op is None and targets:
@@ -272,7 +283,14 @@ def source_cause(info, tape, handle, source, watched_handles, other_tapes, targe
     return Cause("TAP104", "no-differentiable-path",
                  f"the target does not depend on source {{names}} through differentiable ops{found}: its gradient is None",
                  "Remove the non-differentiable op between this source and the loss, or drop the source.",
-                 op, at, certain=op is not None)
+                 op, at, certain=op is not None, frames=frames)
+
+
+def _source_id(source):
+    try:
+        return ops.tensor_id(source.handle if is_variable(source) else source)
+    except (AttributeError, TypeError):
+        return None
 
 
 def _is_eager(tensor) -> bool:
@@ -300,6 +318,8 @@ def _no_gradient(op) -> bool:
 
 def _cuts(op) -> bool:
     """An op that drops a floating-point value's gradient (constants and int-only ops do not count)."""
+    if op.type in _SHAPE_TYPES:
+        return False
     floating_in = any(i.dtype.is_floating for i in op.inputs)
     return floating_in and (_no_gradient(op) or _float_in_int_out(op))
 
@@ -331,17 +351,32 @@ def graph_cut(targets, source):
     closest to the target that has no gradient. Eager tensors keep no producer:
     (None, None).
     """
+    return graph_cut_frames(targets, source)[:2]
+
+
+def graph_cut_frames(targets, source):
+    """`graph_cut`, and the user frames of the op's creation stack (outermost first), or None."""
+    found = _graph_cut_op(targets, source)
+    if found is None:
+        return None, None, None
+    from tapecheck.probe.firststep import graph_frames
+
+    label, site = _op_label(found)
+    return label, site, graph_frames(found) or None
+
+
+def _graph_cut_op(targets, source):
     starts = []
     for t in targets:
         try:
             starts.append(t.op)
         except AttributeError:
-            return None, None  # eager tensor
+            return None  # eager tensor
     wanted = None
     if source is not None:
         wanted = _graph_source(targets[0].graph if targets else None, source)
         if wanted is None:
-            return None, None
+            return None
     seen, queue, parent = set(), list(starts), {}
     while queue and len(seen) < _MAX_OPS:
         op = queue.pop(0)
@@ -349,7 +384,7 @@ def graph_cut(targets, source):
             continue
         seen.add(id(op))
         if wanted is None and _cuts(op):
-            return _op_label(op)
+            return op
         for inp in op.inputs:
             if wanted is not None and inp.name == wanted.name:
                 return _first_cut_on_path(op, parent)
@@ -357,16 +392,16 @@ def graph_cut(targets, source):
             if id(producer) not in seen:
                 parent.setdefault(id(producer), op)
                 queue.append(producer)
-    return None, None
+    return None
 
 
 def _first_cut_on_path(op, parent):
     """From the op that consumes the source up to the target: the first op without a gradient."""
     while op is not None:
         if _cuts(op):
-            return _op_label(op)
+            return op
         op = parent.get(id(op))
-    return None, None
+    return None
 
 
 def _graph_source(graph, source):

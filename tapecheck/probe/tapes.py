@@ -11,6 +11,8 @@ once the tape has died (see `lifetimes`): no tape or tensor is ever held.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import threading
 
 from tensorflow.python.eager import backprop
@@ -18,20 +20,23 @@ from tensorflow.python.framework import ops
 from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
 from tensorflow.python.util import nest
 
-from tapecheck.probe import derived, diagnose, loud, optrace, sites
+from tapecheck.probe import derived, diagnose, firststep, loud, sites
 from tapecheck.probe.lifetimes import Lifetimes
 from tapecheck.probe.report import report_internal_error
 
 GradientTape = backprop.GradientTape
+_KERAS_TRAINER = os.path.join("keras", "src", "backend", "tensorflow", "trainer.py")
 
 REUSE_HINT = "Make the tape with `persistent=True` (and `del tape` after the last call), or record a new tape."
 
 
 class TapeInfo:
     __slots__ = (
+        "cut_frames",
         "enter_uid",
         "exit_uid",
         "first_call",
+        "fit",
         "grad_calls",
         "losses_read",
         "means",
@@ -62,6 +67,8 @@ class TapeInfo:
         self.losses_read = None  # weakrefs to layers whose `losses` were read while recording (see penalties)
         self.penalties = None  # weakrefs to layers that called `add_loss` while recording (see penalties)
         self.means = None  # `Mean` ops of one armed eager recording in a replica (see replicas)
+        self.cut_frames = None  # user frames of each cutting op of one armed eager recording (see firststep)
+        self.fit = False  # the tape Keras's `fit` records its own `train_step` on
 
 
 class TapeHooks:
@@ -78,7 +85,7 @@ class TapeHooks:
         self.lifetimes = Lifetimes(self.infos)
         self.local = threading.local()
         self.active = True
-        self.tracer = optrace.EagerOpTrace()
+        self.tracer = firststep.FirstStepTrace()  # also watches the first recording of each tape line
         self.located: dict[tuple, tuple] = {}  # (gradient site, cause, sources) -> (op label, op site)
         self.notes = None  # loud.Notes: what an exception passing through `gradient` meant
         self.last_none = None  # (gradient site, finding keys, source names) of the last None gradient
@@ -184,6 +191,9 @@ class TapeHooks:
             user = not hooks._busy() and sites.calls_from_user_code()
             info = TapeInfo(sites.user_site() if user else None, bool(persistent),
                             bool(watch_accessed_variables), user)
+            if not user:
+                caller = sys._getframe(1).f_code
+                info.fit = caller.co_name == "train_step" and caller.co_filename.endswith(_KERAS_TRAINER)
             info.ref = hooks.lifetimes.add(self, info)
 
         return __init__
@@ -243,6 +253,10 @@ class TapeHooks:
         def make(original):
             def call(self, target, sources, *args, **kwargs):
                 info = hooks.infos.get(id(self)) if hooks.active and not hooks._busy() else None
+                if info is not None and info.fit and kind == "gradient":
+                    result = original(self, target, sources, *args, **kwargs)
+                    hooks._fit_gradient(target, sources, result)
+                    return result
                 if info is None or not info.user:
                     return original(self, target, sources, *args, **kwargs)
                 site = sites.user_site()
@@ -380,6 +394,7 @@ class TapeHooks:
         others = [ref() for ref in self._stack()]
         others = [t for t in others if t is not None and t is not tape]
         target_name = target_text or ", ".join(diagnose.describe(t) for t in targets) or "None"
+        self.local.target = target_text
         none_sources = [s for s, g in zip(flat_sources, flat_grads) if g is None]
         target_recorded = bool(targets) and diagnose.recorded(tape, handle, targets, others)
         target_cause = None if target_recorded else diagnose.target_cause(info, targets, target_name)
@@ -399,7 +414,42 @@ class TapeHooks:
             elif target_cause is None:
                 self._add(site, cause, [source], names)
         if cut:
-            self._add(site, diagnose.target_cut_off(info, targets, target_name), cut, names)
+            self._add(site, diagnose.target_cut_off(info, targets, target_name, cut), cut, names)
+
+    def _fit_gradient(self, target, sources, result):
+        """Keras's `fit` tape: when every gradient is None, the cut in the loss or model it ran (TAP104)."""
+        try:
+            flat = nest.flatten(result)
+            if not flat or any(g is not None for g in flat):
+                return
+            flat_sources = nest.flatten(sources)
+            targets = [t for t in nest.flatten(target) if t is not None]
+            if len(flat_sources) != len(flat) or not targets:
+                return
+            self.local.busy = getattr(self.local, "busy", 0) + 1
+            try:
+                site = sites.user_site()  # the user's `fit` line
+                cause, extra = firststep.fit_cause(targets, flat_sources, site)
+                if cause.at is not None:
+                    extra["fit_call"] = site.short() if site else "?"
+                self._report(site, cause, flat_sources, {}, extra)
+            finally:
+                self.local.busy -= 1
+        except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+            report_internal_error(exc)
+
+    def _report(self, site, cause, sources, given_names, extra):
+        """Record a cause already placed (the `fit` tape's): at its op's line, else at `site`."""
+        names = [diagnose.describe(s, given_names.get(id(s))) for s in sources]
+        extra = dict(extra)
+        if cause.op:
+            extra["op"] = cause.op
+        where = cause.at if cause.at is not None else site
+        if cause.code is not None and where is not None:
+            self.collector.add(where, cause.code, cause.cause, cause.text, cause.hint, names=names, **extra)
+        for source in sources:
+            if diagnose.is_variable(source):
+                self.variable_causes.remember(source, (where, cause))
 
     def _eager_location(self, site, cause, names):
         """TAP104 in eager code: use the op found on an armed step, or arm the tape's line."""
@@ -422,8 +472,11 @@ class TapeHooks:
 
     def _add(self, site, cause, sources, given_names):
         names = [diagnose.describe(s, given_names.get(id(s))) for s in sources]
+        info = getattr(self.local, "info", None)
+        cause, placed = firststep.placed(cause, site, info, getattr(self.local, "target", "") or "")
         cause = self._eager_location(site, cause, names)
         extra = {"op": cause.op} if cause.op else {}
+        extra.update(placed)
         if cause.at is not None:  # the op that cut the path, in traced code: report at its line
             extra["gradient_call"] = site.short() if site else "?"
             site = cause.at
