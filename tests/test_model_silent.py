@@ -99,3 +99,8 @@ def test_a_trainer_bias_added_after_the_tape_never_moves():
 def test_a_head_whose_loss_term_goes_through_numpy_never_trains():
     assert run("bad", "multihead_numpy_term.py", 5) == 0.0  # None for that head: skipped with a warning
     assert run("good", "multihead_numpy_term.py", 5) > 0.01
+
+
+def test_layers_before_a_rounding_lambda_layer_never_train():
+    assert run("bad", "lambda_layer_quantizer.py", 5) == 0.0  # None for them: skipped with a warning
+    assert run("good", "lambda_layer_quantizer.py", 5) > 1e-3

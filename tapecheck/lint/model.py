@@ -128,6 +128,7 @@ class Cut:
     file: str = ""  # the file holding the cut
     entry: Site | None = None  # the outermost call, in the scope traced
     zero: bool = False  # the op's gradient is zero (`tf.sign`), not None
+    layer: str = ""  # a cut in the function of a `Lambda` layer: "`Lambda` layer (line 3) of `model`"
 
     def through(self, callee: str, call: Site, file: str) -> "Cut":
         return replace(self, function=self.function or callee, calls=((callee, call.line, file), *self.calls),
@@ -815,6 +816,47 @@ class ProgramModel:
             if path:
                 yield value.text, path, callee.model.facts.path if callee.model is not self else ""
 
+    def lambda_layer_cut(self, call: Call) -> Cut | None:
+        """The cut in the function of a `keras.layers.Lambda` inside the `Sequential([...])` the called
+        name holds (`keras.layers.Lambda(lambda t: tf.round(t))`), or None."""
+        assigns = self.value_assigns(call.func.text, call.site)
+        if len(assigns) != 1 or assigns[0].kind != "assign" or assigns[0].value is None:
+            return None
+        assign = assigns[0]
+        key = ("lambda-layer", assign.site.order)
+        if key in self.memo:
+            return self.memo[key]
+        self.memo[key] = found = None
+        facts = self.facts
+        span = None
+        if _is_sequential(assign.value.callee):
+            span = assign.span
+        elif assign.value.kind == "call" and assign.value.func_text:  # `build_model()` returning one
+            builder = self.binding(assign.value.func_text, assign.site)
+            returned = self.returned_calls(builder) if isinstance(builder, Function) and builder.model is self else None
+            if returned and len(returned) == 1 and _is_sequential(callee_of(facts, returned[0])):
+                span = call_span(returned[0])
+        if span is not None:
+            for inner in self.spans.calls_in(span):
+                if keras_member(callee_of(facts, inner), "layers") != "Lambda" or not inner.args:
+                    continue
+                layer_fn = inner.args[0]
+                fn = None
+                if layer_fn.kind == "lambda":
+                    fn = self.lambda_at(layer_fn.value, facts.scope_of(inner.site))
+                elif layer_fn.kind in ("name", "attribute"):
+                    target = self.binding(layer_fn.text, inner.site)
+                    fn = target if isinstance(target, Function) else None
+                summary = self.summary(fn) if fn is not None and fn.params else None
+                cut = summary.returns.only_cut(fn.params[0]) if summary is not None else None
+                if cut is not None and not cut.zero:
+                    if fn.model is not self and not cut.file:
+                        cut = replace(cut, file=fn.model.facts.path)
+                    found = replace(cut, layer=f"the `Lambda` layer (line {inner.site.line}) of `{assign.target}`")
+                    break
+        self.memo[key] = found
+        return found
+
     def returned_calls(self, fn: Function) -> list | None:
         """The outermost call each `return` of `fn` returns (`return keras.Sequential([...])`), or None
         when some return is not a call (or there is none)."""
@@ -1113,6 +1155,14 @@ class Tracer:
         model = self.model
         fn = model.resolve(call)
         if fn is None:
+            cut = model.lambda_layer_cut(call) if call.func.kind in ("name", "attribute") else None
+            if cut is not None and value.live:
+                first_arg = min((start for _, start, _ in call.arg_spans), default=call.end_order)
+                if order <= first_arg:  # the model's own variables: those of the layers before it are cut
+                    for origin in value.live:
+                        value.partial.setdefault(origin, cut)
+                else:  # the input goes through every layer, the Lambda's too
+                    value.cut_all(cut)
             return value
         param = model.parameter(call, fn, order)
         if param is None or param == "":
@@ -1165,6 +1215,11 @@ def _value_unread(name: str, attribute: str) -> bool:
     parts = name.split(".")
     return any(part == attribute and parts[i + 1: i + 2] and parts[i + 1] in VALUE_UNREAD
                for i, part in enumerate(parts[1:], start=1))
+
+
+def _is_sequential(callee: str) -> bool:
+    return keras_member(callee, "models") == "Sequential" or callee in (
+        "keras.Sequential", "tensorflow.keras.Sequential", "tf_keras.Sequential")
 
 
 def _iterated(comprehensions, order: int) -> bool:

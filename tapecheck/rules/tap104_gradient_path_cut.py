@@ -22,7 +22,10 @@ depends on the sources only through such a cut while another term keeps them
 live: a multi-head loss whose regression term goes through NumPy. Nothing fails;
 that term adds a constant, and the weights only it reaches (that head) get None.
 A cut factor of a product (per-example weights computed with NumPy) is a
-constant by design and is not flagged.
+constant by design and is not flagged. And a `keras.layers.Lambda` inside a
+`Sequential([...])` (made here or by a builder function) whose function cuts
+(`Lambda(lambda t: tf.round(t))`): the layers before it get None and never train;
+a straight-through `t + tf.stop_gradient(tf.round(t) - t)` is clean.
 
 It stays silent when another path still carries the gradient (labels made with
 `argmax`, an action sampled with `np.random.choice`, indices for `tf.gather`),
@@ -92,9 +95,27 @@ TERM_HINT = (
     "Compute that term with TensorFlow ops on the tensors the tape recorded; if it is meant to "
     "train nothing, say so with `tf.stop_gradient`."
 )
+LAYER_HINT = (
+    "Give the Lambda layer a function with a gradient; to round or binarise on the forward pass "
+    "only, pass the gradient straight through: `x + tf.stop_gradient(tf.round(x) - x)`."
+)
 SOURCES = "sources"
 
 VALID = [
+    # a Lambda layer rounding with a straight-through gradient
+    """
+import tensorflow as tf
+from tensorflow import keras
+def ste_round(t):
+    return t + tf.stop_gradient(tf.round(t) - t)
+model = keras.Sequential([keras.layers.Dense(4), keras.layers.Lambda(ste_round), keras.layers.Dense(1)])
+opt = keras.optimizers.Adam()
+def step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # per-example weights computed through NumPy multiply the loss: constants by design;
     # a term the code means to keep constant says so with stop_gradient
     """
@@ -240,6 +261,18 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # a Lambda layer that rounds, inside a Sequential: the layers before it never train
+    """
+import tensorflow as tf
+from tensorflow import keras
+model = keras.Sequential([keras.layers.Dense(4), keras.layers.Lambda(lambda t: tf.round(t)), keras.layers.Dense(1)])  # expect: TAP104
+opt = keras.optimizers.Adam()
+def step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # one term of a multi-head loss through NumPy: that head never trains
     """
 import numpy as np
@@ -462,7 +495,7 @@ def check(facts):
             if term is not None and _where(facts, term, call.site) not in reported:
                 reported.add(_where(facts, term, call.site))
                 yield report(facts, _where(facts, term, call.site), CODE, _term_message(term, target.text, tape, call, facts.path),
-                             TERM_HINT)
+                             LAYER_HINT if term.layer else TERM_HINT)
             continue
         if _where(facts, cut, call.site) in reported:
             continue
@@ -484,6 +517,11 @@ def check(facts):
 
 def _term_message(cut, target: str, tape, call, path: str) -> str:
     where = cut.what if not cut.function else _in(cut, "", path)
+    if cut.layer:
+        return (
+            f"{where} {_has(cut)}, and it is the function of {cut.layer}: `{tape.name}.gradient` "
+            f"(line {call.site.line}) gets None for every layer before it, which never trains"
+        )
     through = f", which the tape reaches through {cut.path(path)}" if cut.calls else ""
     return (
         f"{where} {_has(cut)}, and one term of the sum that makes `{target}` depends on the sources only "
