@@ -1037,6 +1037,113 @@ class ProgramModel:
                 if len(positional) >= 2:
                     yield call, fn, positional[1]
 
+    # -- queries the rules ask (one place for reaching definitions and `self.` attributes) -------
+    def self_class(self, head: str, site: Site) -> Block | None:
+        """The class whose instance `head` is at `site`: the class of the method holding `site`,
+        when `head` is that method's `self`. None in a function, a staticmethod, or for another name."""
+        return self._self_class(head, site)
+
+    def assigns_here(self, name: str, site: Site) -> list:
+        """The bindings of `name` in the scope of `site` that may hold there (a parameter is one);
+        [] when none reaches the site from its own scope. Closures and globals are not looked at
+        (`assigns_reaching` does)."""
+        return self.facts.reaching_assigns(name, site)
+
+    def assign_here(self, name: str, site: Site):
+        """The one binding of `name` in the scope of `site` that holds there, or None (none, or
+        several may hold)."""
+        found = self.facts.reaching_assigns(name, site)
+        return found[0] if len(found) == 1 else None
+
+    def assigns_named(self, name: str) -> list:
+        """Every binding of `name` in the file, in any scope (parameters too), in the facts' order."""
+        index = self.memo.get("model.assigns_by_name")
+        if index is None:
+            index = self.memo["model.assigns_by_name"] = {}
+            for assign in self.facts.assigns:
+                index.setdefault(assign.target, []).append(assign)
+        return index.get(name, [])
+
+    def made_once(self, assign) -> bool:
+        """Whether `assign` is the only binding of its name in the file (parameters aside), a plain
+        assignment in no loop and under no `if`/`else`/`except`/`case` of its scope: one object,
+        made once, whatever reads the name (a global, a closure) and whenever."""
+        facts = self.facts
+        return (assign.kind == "assign"
+                and sum(1 for a in self.assigns_named(assign.target) if a.kind != "param") == 1
+                and not facts.loops_between(None, assign.site)
+                and not self.guarded(assign.site, facts.scope_of(assign.site)))
+
+    def assigns_of(self, name: str, site: Site, bases: bool = True) -> list:
+        """The bindings that may give `name` its value at `site`, one step (aliases not followed): for
+        a name, `assigns_reaching`; for `self.x` in a method, every `self.x = ...` in the methods of
+        its class and, unless `bases` is False, of its local base classes. [] when unknown."""
+        if not name:
+            return []
+        head, _, attribute = name.partition(".")
+        if not attribute:
+            return self.assigns_reaching(name, site)
+        klass = self._self_class(head, site) if "." not in attribute else None
+        if klass is None:
+            return []
+        return [assign for assign, fn in self.attribute_assigns(klass, attribute) if bases or fn.owner is klass]
+
+    def unaliased(self, dotted: str, site: Site, limit: int = MAX_ALIAS_DEPTH) -> str:
+        """`self.gen.trainable_variables` for `gen.trainable_variables` after `gen = self.gen`: the head
+        replaced by the name it is bound to, while one binding of it in its own scope holds at the site
+        and binds another name (at most `limit` times). Closures and globals are not followed."""
+        for _ in range(limit):
+            head, dot, rest = dotted.partition(".")
+            assign = self.assign_here(head, site)
+            if assign is None or assign.value is None or assign.value.kind not in ("name", "attribute"):
+                break
+            dotted = assign.value.text + dot + rest
+            site = assign.site
+        return dotted
+
+    def whole_call(self, span: tuple[int, int]) -> Call | None:
+        """The call that is the whole expression spanning `span` (a value, an argument, what a
+        `return` gives), or None (`f(x) + 1`, `(f(x), y)`, a name)."""
+        calls = self.spans.calls_in(span)
+        if not calls or calls[0].site.order != span[0] + 1:
+            return None
+        call = calls[0]
+        if any(use.site.order > call.end_order for use in self.spans.uses_in(span)):
+            return None
+        if any(other.site.order > call.end_order for other in calls):
+            return None
+        return call
+
+    def call_at(self, span: tuple[int, int], expr) -> Call | None:
+        """The Call of the call expression `expr` (an argument, a value) that spans `span`, or None."""
+        call = self.whole_call(span)
+        return call if call is not None and call.func.text == expr.func_text else None
+
+    def value_call(self, assign) -> Call | None:
+        """The Call a plain assignment's value is (`model = keras.Sequential(...)`), or None."""
+        value = assign.value
+        if assign.kind != "assign" or value is None or value.kind != "call":
+            return None
+        return self.call_at(assign.span, value)
+
+    def value_calls(self, name: str, site: Site, bases: bool = True) -> list | None:
+        """The Call each binding of `name` at `site` (`assigns_of`) is; None when there is none or
+        one binding is not a call."""
+        calls = [self.value_call(assign) for assign in self.assigns_of(name, site, bases)]
+        return calls if calls and all(call is not None for call in calls) else None
+
+    def call_graph(self) -> dict[int, dict[int, int]]:
+        """For each scope, the functions of this file its calls run (their block ids), each with the
+        order of the first call that runs it. Every call is resolved once per file."""
+        graph = self.memo.get("model.call_graph")
+        if graph is None:
+            graph = self.memo["model.call_graph"] = {}
+            for call in self.spans.calls:
+                callee = self.resolve(call)
+                if callee is not None and callee.model is self:
+                    graph.setdefault(self.facts.scope_of(call.site), {}).setdefault(callee.block.id, call.site.order)
+        return graph
+
 
 class Tracer:
     """Follows assignments in order, keeping the Flow of each name from the given origins.
