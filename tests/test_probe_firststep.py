@@ -182,3 +182,38 @@ def test_the_first_step_trace_leaves_no_callback_and_changes_no_gradient():
     assert not op_callbacks.should_invoke_op_callbacks()
     assert all((a == b).all() for a, b in zip(plain, probed))
     assert probe.findings == []
+
+
+def test_an_eager_loop_keeps_one_finding_at_the_op_line_in_another_module():
+    sys.path.insert(0, str(FOLDER))
+    try:
+        from _ranking import top_choice_loss
+    finally:
+        sys.path.remove(str(FOLDER))
+    w = tf.Variable([[1.0, 2.0, 0.5]], name="scores")
+    with tapecheck.probe() as probe:
+        for _ in range(3):
+            with tf.GradientTape() as tape:
+                loss = top_choice_loss(w * 2.0)
+            assert tape.gradient(loss, w) is None
+    [finding] = probe.findings
+    helper = (FOLDER / "_ranking.py").read_text(encoding="utf-8").splitlines()
+    assert Path(finding.path).name == "_ranking.py" and "tf.argmax" in helper[finding.line - 1]
+    assert finding.count == 3  # the first step named it; the later ones, untraced, fold into it
+    assert "`top_choice_loss` (called at line" in finding.message and "of test_probe_firststep.py" in finding.message
+
+
+def test_a_cut_neither_the_run_nor_lint_can_place_is_reported_at_the_gradient_call():
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    losses = {"mse": lambda y, p: tf.reduce_mean(tf.square(y - p.numpy()))}  # picked by name: lint cannot follow
+    x, y = tf.ones((4, 3)), tf.ones((4, 1))
+    with tapecheck.probe() as probe:
+        with tf.GradientTape() as tape:
+            loss = losses["mse"](y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)  # the report
+    assert grads == [None, None]
+    [finding] = probe.findings
+    source = Path(__file__).read_text(encoding="utf-8").splitlines()
+    assert source[finding.line - 1].strip().endswith("# the report")
+    assert (finding.code, finding.details["cause"]) == ("TAP104", "target-cut-off")
+    assert "none of the ops that lead to it reads the sources" in finding.message

@@ -241,6 +241,13 @@ def target_cut_off(info, targets, names, sources=()) -> Cause:
                          f"the gradient target `{names}` was not made by any TensorFlow op in the block: "
                          "it comes from a NumPy or Python value (a `.numpy()` round trip), so every gradient is None",
                          "Keep the loss in TensorFlow ops: no `.numpy()`, `np.` calls or `float()` on the way.")
+        if op is None and getattr(info, "ops", None):  # this recording was watched op by op: no cut among its ops
+            return Cause("TAP104", "target-cut-off",
+                         f"the gradient target `{names}` is made by TensorFlow ops in the block, but none of the ops "
+                         "that lead to it reads the sources, and none of them lacks a gradient (the probe watched "
+                         "every op of this recording): the model's output reaches it only through a value TensorFlow "
+                         "did not make (a NumPy array, `.numpy()`, `float()`), so every gradient is None",
+                         "Keep the loss in TensorFlow ops: no `.numpy()`, `np.` calls or `float()` on the way.")
     found = f" ({op})" if op else " (argmax, an int cast or a numpy round-trip)"
     return Cause("TAP104", "target-cut-off",
                  f"the gradient target `{names}` is cut off from the tape by a non-differentiable op{found}: "

@@ -473,7 +473,10 @@ class TapeHooks:
     def _add(self, site, cause, sources, given_names):
         names = [diagnose.describe(s, given_names.get(id(s))) for s in sources]
         info = getattr(self.local, "info", None)
-        cause, placed = firststep.placed(cause, site, info, getattr(self.local, "target", "") or "")
+        known = site is not None and cause.at is None and \
+            (site.path, site.line, cause.cause, tuple(names)) in self.located  # placed on an earlier step
+        cause, placed = (cause, {}) if known else \
+            firststep.placed(cause, site, info, getattr(self.local, "target", "") or "")
         cause = self._eager_location(site, cause, names)
         extra = {"op": cause.op} if cause.op else {}
         extra.update(placed)
