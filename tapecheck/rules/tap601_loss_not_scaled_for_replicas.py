@@ -76,7 +76,8 @@ No automatic fix: the global batch size is the program's to name.
 
 from __future__ import annotations
 
-from tapecheck.lint.model import Function, Instance, Klass, keras_member, model_of
+from tapecheck.lint.distribute import all_calls, makes_keras_model, makes_strategy, strategy_steps
+from tapecheck.lint.model import Instance, keras_member, model_of
 from tapecheck.lint.queries import METADATA_CALLS, callee_of, method_of
 from tapecheck.rules._common import report
 
@@ -91,13 +92,6 @@ def screen(source: bytes) -> bool:
     return b"MirroredStrategy" in source and b"gradient" in source
 
 
-STRATEGIES = frozenset(
-    {
-        "tensorflow.distribute.MirroredStrategy",
-        "tensorflow.distribute.MultiWorkerMirroredStrategy",
-        "tensorflow.distribute.experimental.MultiWorkerMirroredStrategy",
-    }
-)
 MEANS = frozenset({"tensorflow.reduce_mean", "tensorflow.math.reduce_mean", "keras.ops.mean", "tensorflow.keras.ops.mean"})
 # Ops whose result keeps the batch dimension of a per-example input.
 ELEMENTWISE = frozenset(
@@ -119,7 +113,6 @@ PER_EXAMPLE_LOSSES = frozenset(
     }
 )
 NOT_LOSSES = frozenset({"get", "serialize", "deserialize"})  # `losses.get("MeanSquaredError")` may be an object
-MODEL_PACKAGES = ("models", "applications", "layers")
 NONE_REDUCTIONS = frozenset({"none"})
 BATCH_USES = ("batch",)  # `GLOBAL_BATCH_SIZE = BATCH * strategy.num_replicas_in_sync`, `.batch(...)`
 MAX_DEPTH = 8
@@ -262,130 +255,15 @@ def main(dataset):
 ]
 
 
-# -- what names hold ------------------------------------------------------------------------
-def _enclosing(facts, scope):
-    while True:
-        parent = facts.blocks[scope].parent
-        if parent is None:
-            return None
-        scope = facts.blocks[parent].scope
-        if facts.blocks[scope].kind != "class":
-            return scope
-
-
-def _assigns_of(facts, model, text, site):
-    """The bindings of a name or `self.x` that may hold at `site`; [] when unknown."""
-    if not text:
-        return []
-    if "." in text:
-        head, _, attribute = text.partition(".")
-        fn = model.functions.get(facts.scope_of(site))
-        if "." in attribute or fn is None or not fn.bound or fn.self_name != head:
-            return []
-        found = []
-        for method in model.functions.values():
-            if method.owner is fn.owner and method.bound:
-                target = f"{method.self_name}.{attribute}"
-                found += [a for a in facts.assigns if a.target == target and facts.scope_of(a.site) == method.block.id]
-        return found
-    reaching = facts.reaching_assigns(text, site)
-    if reaching:
-        return reaching
-    scope = facts.scope_of(site)
-    if any(a.target == text and facts.scope_of(a.site) == scope for a in facts.assigns):
-        return []
-    scope = _enclosing(facts, scope)
-    while scope is not None:
-        found = [a for a in facts.assigns if a.target == text and facts.scope_of(a.site) == scope]
-        if found:
-            return found
-        scope = _enclosing(facts, scope)
-    return []
-
-
-def _value_call(model, assign):
-    """The Call object an assignment's value is, or None."""
-    value = assign.value
-    if assign.kind != "assign" or value is None or value.kind != "call":
-        return None
-    return _call_at(model, assign.span, value)
-
-
-def _call_at(model, span, expr):
-    """The Call a call expression spanning `span` (an argument, a value) is."""
-    call = _whole_call(model, span)
-    return call if call is not None and call.func.text == expr.func_text else None
-
-
-def _whole_call(model, span):
-    """The call that is the whole expression spanning `span`, or None."""
-    calls = model.spans.calls_in(span)
-    if not calls or calls[0].site.order != span[0] + 1:
-        return None
-    call = calls[0]
-    if any(u.site.order > call.end_order for u in model.spans.uses_in(span)):
-        return None
-    if any(c.site.order > call.end_order for c in calls):
-        return None
-    return call
-
-
-def _all_calls(facts, model, text, site, test):
-    """Every binding of `text` is a call for which `test(call)` holds."""
-    assigns = _assigns_of(facts, model, text, site)
-    if not assigns:
-        return False
-    for assign in assigns:
-        call = _value_call(model, assign)
-        if call is None or not test(call):
-            return False
-    return True
-
-
-# -- strategies, models, losses ------------------------------------------------------------
-def _is_strategy(facts, model, call) -> bool:
-    return callee_of(facts, call) in STRATEGIES
-
-
-def _mirrored_receiver(facts, model, call) -> bool:
-    return _all_calls(facts, model, call.receiver, call.site, lambda c: _is_strategy(facts, model, c))
-
-
-def _makes_keras_model(facts, model, call, depth=0) -> bool:
-    callee = callee_of(facts, call)
-    if any(keras_member(callee, package) for package in MODEL_PACKAGES) or callee in (
-        "keras.Model", "keras.Sequential", "tensorflow.keras.Model", "tensorflow.keras.Sequential"
-    ):
-        return True
-    made = model.binding(call.func.text, call.site) if call.func.kind == "name" else None
-    if isinstance(made, Klass):
-        return model.is_keras(made, "layers")
-    fn = model.resolve(call)
-    if fn is None or fn.model is not model or depth > 2:
-        return False
-    returns = [e for e in facts.exits if e.kind == "return" and facts.scope_of(e.site) == fn.block.id and e.span != (0, 0)]
-    if not returns:
-        return False
-    for exit_ in returns:
-        whole = _whole_call(model, exit_.span)
-        uses = model.spans.uses_in(exit_.span)
-        if whole is not None and _makes_keras_model(facts, model, whole, depth + 1):
-            continue
-        if len(uses) == 1 and _all_calls(facts, model, uses[0].name, exit_.site,
-                                         lambda c: _makes_keras_model(facts, model, c, depth + 1)):
-            continue
-        return False
-    return True
-
-
+# -- what names hold, models, losses -------------------------------------------------------
 def _is_forward(facts, model, call) -> bool:
     """A call of a Keras model or layer: its output has the batch dimension."""
     if call.func.kind not in ("name", "attribute") or not call.func.text:
         return False
-    if isinstance(model.binding(call.func.text, call.site), Instance):
-        target = model.binding(call.func.text, call.site)
+    target = model.binding(call.func.text, call.site)
+    if isinstance(target, Instance):
         return model.is_keras(target.klass, "layers") and not model.is_keras(target.klass, "losses")
-    return _all_calls(facts, model, call.func.text, call.site, lambda c: _makes_keras_model(facts, model, c))
+    return all_calls(model, call.func.text, call.site, lambda c: makes_keras_model(model, c))
 
 
 def _unreduced_loss_object(facts, model, call) -> bool:
@@ -399,7 +277,7 @@ def _unreduced_loss_object(facts, model, call) -> bool:
         if reduction.kind == "constant" or (reduction.kind == "name" and reduction.text == "None"):
             return reduction.value is None or str(reduction.value).lower() in NONE_REDUCTIONS
         return reduction.kind == "attribute" and reduction.text.rsplit(".", 1)[-1] == "NONE"
-    return call.func.kind in ("name", "attribute") and _all_calls(facts, model, call.func.text, call.site, made_unreduced)
+    return call.func.kind in ("name", "attribute") and all_calls(model, call.func.text, call.site, made_unreduced)
 
 
 class _Judge:
@@ -414,9 +292,9 @@ class _Judge:
             return False
         facts = self.facts
         if "." not in text and facts.scope_of(site) == self.step.block.id and text in self.params:
-            if not facts.reaching_assigns(text, site):
+            if not self.model.assigns_here(text, site):
                 return True  # a tensor of the per-replica batch given by `strategy.run(..., args=...)`
-        assigns = _assigns_of(facts, self.model, text, site)
+        assigns = self.model.assigns_of(text, site, bases=False)
         if not assigns or any(a.kind != "assign" or a.value is None for a in assigns):
             return False
         return all(self.expr(a.value, a.span, a.site, depth + 1) for a in assigns)
@@ -427,7 +305,7 @@ class _Judge:
         if expr.kind in ("name", "attribute"):
             return self.name(expr.text, site, depth)
         if expr.kind == "call":
-            call = _call_at(self.model, span, expr)
+            call = self.model.call_at(span, expr)
             return call is not None and self.call(call, depth)
         if expr.kind in ("binop", "unaryop", "subscript"):
             return self.span(span, site, depth)
@@ -481,25 +359,12 @@ def _rescaled_by_hand(facts) -> bool:
     return False
 
 
-def _steps(facts, model):
-    """(Function given to a Mirrored `strategy.run`, the run call) for each such call."""
-    for call in model.spans.calls:
-        if method_of(call) != "run" or not call.receiver or not _mirrored_receiver(facts, model, call):
-            continue
-        fn_expr = call.arg(0, "fn")
-        if fn_expr is None or fn_expr.kind not in ("name", "attribute") or not fn_expr.text:
-            continue
-        fn = model.binding(fn_expr.text, call.site)
-        if isinstance(fn, Function) and fn.model is model:
-            yield fn, call
-
-
 def check(facts):
-    if not any(callee_of(facts, c) in STRATEGIES for c in facts.calls) or _rescaled_by_hand(facts):
+    if not makes_strategy(facts) or _rescaled_by_hand(facts):
         return
     model = model_of(facts)
     seen = set()
-    for step, run in _steps(facts, model):
+    for step, run in strategy_steps(model):
         if step.block.id in seen:
             continue
         seen.add(step.block.id)
@@ -513,10 +378,8 @@ def check(facts):
             target = gradient.args[0]
             if target.kind != "name":
                 continue
-            assigns = facts.reaching_assigns(target.text, gradient.site)
-            if len(assigns) != 1:
-                continue
-            mean = _value_call(model, assigns[0])
+            assign = model.assign_here(target.text, gradient.site)
+            mean = model.value_call(assign) if assign is not None else None
             if mean is None or callee_of(facts, mean) not in MEANS or not mean.arg_spans:
                 continue
             if len(mean.args) != 1 or mean.keywords or len(mean.arg_spans) != 1 or mean.arg_spans[0][0] != 0:

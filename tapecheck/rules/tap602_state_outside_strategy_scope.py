@@ -68,12 +68,10 @@ def distributed_step(x, y):
 
 from __future__ import annotations
 
-from tapecheck.lint.model import keras_member, model_of
+from tapecheck.lint.distribute import STRATEGIES, builds_variables, makes_strategy, strategy_steps
+from tapecheck.lint.model import model_of
 from tapecheck.lint.queries import callee_of, method_of, variable_owner
 from tapecheck.rules._common import report
-from tapecheck.rules.tap601_loss_not_scaled_for_replicas import (
-    STRATEGIES, _assigns_of, _steps, _value_call, _whole_call,
-)
 
 CODE = "TAP602"
 NAME = "state-outside-strategy-scope"
@@ -86,8 +84,6 @@ def screen(source: bytes) -> bool:
     return b"MirroredStrategy" in source and b"gradient" in source
 
 
-INPUTS = frozenset({"Input", "InputLayer"})
-MODELS = frozenset({"Model", "Functional"})
 SETS_STRATEGY = frozenset({"tensorflow.distribute.experimental_set_strategy"})
 
 HINT = "Build the model (and its optimizer) inside `with strategy.scope():`."
@@ -185,44 +181,6 @@ def _scope_blocks(facts):
     return found
 
 
-def _builds_variables(facts, model, call, depth=0) -> bool:
-    """A Keras model whose variables exist once built: functional, or a Sequential starting with an Input."""
-    callee = callee_of(facts, call)
-    member = keras_member(callee, "models") or (callee.rsplit(".", 1)[-1] if callee in (
-        "keras.Model", "keras.Sequential", "tensorflow.keras.Model", "tensorflow.keras.Sequential") else "")
-    if member in MODELS:
-        return len(call.args) + len({"inputs", "outputs"} & set(call.keywords)) >= 2
-    if member == "Sequential":
-        layers = call.arg(0, "layers")
-        if layers is None or layers.kind != "list" or not layers.elements:
-            return False
-        first = layers.elements[0]
-        return first.kind == "call" and first.func_text.rsplit(".", 1)[-1] in INPUTS and (
-            keras_member(facts.resolve(first.func_text), "layers") in INPUTS
-            or facts.resolve(first.func_text) in ("keras.Input", "tensorflow.keras.Input")
-        )
-    fn = model.resolve(call)
-    if fn is None or fn.model is not model or depth > 1 or fn.owner is not None:
-        return False
-    if any(method_of(c) == "scope" and facts.scope_of(c.site) == fn.block.id for c in facts.calls):
-        return False
-    returns = [e for e in facts.exits if e.kind == "return" and facts.scope_of(e.site) == fn.block.id]
-    if not returns or any(e.span == (0, 0) for e in returns):
-        return False
-    for exit_ in returns:
-        whole = _whole_call(model, exit_.span)
-        if whole is not None and _builds_variables(facts, model, whole, depth + 1):
-            continue
-        uses = model.spans.uses_in(exit_.span)
-        if len(uses) == 1 and whole is None:
-            assigns = _assigns_of(facts, model, uses[0].name, exit_.site)
-            calls = [_value_call(model, a) for a in assigns]
-            if calls and all(c is not None and _builds_variables(facts, model, c, depth + 1) for c in calls):
-                continue
-        return False
-    return True
-
-
 def _outside(facts, assign, scopes) -> bool:
     """The assignment runs outside every strategy scope, for sure."""
     if any(b in scopes for b in facts.chain(assign.site.block)):
@@ -237,7 +195,7 @@ def _outside(facts, assign, scopes) -> bool:
 
 
 def check(facts):
-    if not any(callee_of(facts, c) in STRATEGIES for c in facts.calls):
+    if not makes_strategy(facts):
         return
     if any(callee_of(facts, c) in SETS_STRATEGY for c in facts.calls):
         return
@@ -246,18 +204,16 @@ def check(facts):
         return
     model = model_of(facts)
     reported = set()
-    for step, run in _steps(facts, model):
+    for step, run in strategy_steps(model):
         scope = step.block.id
         for call in facts.calls:
             if facts.scope_of(call.site) != scope or method_of(call) != "apply_gradients":
                 continue
             owners = {variable_owner(u.name) for u in model.spans.uses_in((call.site.order, call.end_order))}
             for owner in sorted(o for o in owners if o):
-                assigns = _assigns_of(facts, model, owner, call.site)
-                if not assigns:
-                    continue
-                made = [_value_call(model, a) for a in assigns]
-                if any(c is None or not _builds_variables(facts, model, c) for c in made):
+                assigns = model.assigns_of(owner, call.site, bases=False)
+                made = [model.value_call(a) for a in assigns]
+                if not made or any(c is None or not builds_variables(model, c) for c in made):
                     continue
                 if not all(_outside(facts, a, scopes) for a in assigns):
                     continue
