@@ -69,8 +69,9 @@ import re
 
 import dataclasses
 
+from tapecheck.lint.distribute import distributes
 from tapecheck.lint.model import Function, Klass, model_of
-from tapecheck.lint.queries import callee_of, method_of, variable_owner
+from tapecheck.lint.queries import method_of, variable_owner
 from tapecheck.rules._common import is_keras_class, report
 
 CODE = "TAP404"
@@ -213,83 +214,36 @@ class Owner:
         self.key, self.text, self.built, self.scope = key, text, built, scope
 
 
-def _self_class(model, head, site):
-    fn = model.functions.get(model.facts.scope_of(site))
-    if fn is not None and fn.bound and fn.self_name == head:
-        return fn
-    return None
-
-
-def _attribute_assigns(model, klass, attribute):
-    """Every `self.<attribute> = ...` in the methods of `klass` (and its local bases)."""
-    return model.attribute_assigns(klass, attribute)
-
-
-def _enclosing_scopes(facts, scope):
-    blocks = facts.blocks
-    while True:
-        parent = blocks[scope].parent
-        if parent is None:
-            return
-        scope = blocks[parent].scope
-        if blocks[scope].kind != "class":
-            yield scope
-
-
-def _outer_binding(model, name, site):
-    """The one binding of `name` in an enclosing scope (a global, a closure), made once."""
-    facts = model.facts
-    scope = facts.scope_of(site)
-    if any(a.target == name for a in model.assigns_in(scope)):
+def _one_binding(model, name, site):
+    """(the one binding of `name` that holds at `site`, whether it is a global or a closure's), or
+    None: several may hold, or an outer one is not made once (then which object a call sees depends
+    on when it runs)."""
+    assigns = model.assigns_reaching(name, site)
+    if len(assigns) != 1:
         return None
-    for outer in _enclosing_scopes(facts, scope):
-        found = [a for a in model.assigns_in(outer) if a.target == name]
-        if not found:
-            continue
-        everywhere = [a for a in facts.assigns if a.target == name and a.kind != "param"]
-        if len(found) == 1 and len(everywhere) == 1 and found[0].kind == "assign" \
-                and not facts.loops_between(None, found[0].site) and not model.guarded(found[0].site, outer):
-            return found[0]
-        return None
-    return None
-
-
-def _canonical(facts, text, site):
-    """`gen.trainable_variables` after `gen = self.gen` -> `self.gen.trainable_variables`."""
-    for _ in range(MAX_DEPTH):
-        head, dot, rest = text.partition(".")
-        reaching = facts.reaching_assigns(head, site)
-        if len(reaching) != 1 or reaching[0].value is None or reaching[0].value.kind not in ("name", "attribute"):
-            break
-        text = reaching[0].value.text + dot + rest
-        site = reaching[0].site
-    return text
+    assign = assigns[0]
+    if model.facts.scope_of(assign.site) == model.facts.scope_of(site):
+        return assign, False
+    return (assign, True) if model.made_once(assign) else None
 
 
 def _object(model, text, site):
     """What `text` (a name or `self.x`) names: an Owner, or None when the model cannot say."""
-    facts = model.facts
     head, _, rest = text.partition(".")
     if rest:
-        fn = _self_class(model, head, site)
-        if fn is None or "." in rest:
+        klass = model.self_class(head, site)
+        if klass is None or "." in rest:
             return None
-        assigns = _attribute_assigns(model, fn.owner, rest)
+        assigns = model.attribute_assigns(klass, rest)
         built = assigns[0][0] if len(assigns) == 1 and _is_construction(model, assigns[0][0]) else None
         scope = assigns[0][1].block.id if built is not None else None
-        return Owner(("attr", fn.owner.id, rest), f"self.{rest}", built, scope)
-    reaching = facts.reaching_assigns(text, site)
-    if reaching:
-        if len(reaching) != 1:
-            return None
-        assign = reaching[0]
-        built = assign if _is_construction(model, assign) else None
-        return Owner(("bound", assign.site.order), text, built, facts.scope_of(assign.site))
-    assign = _outer_binding(model, text, site)
-    if assign is None:
+        return Owner(("attr", klass.id, rest), f"self.{rest}", built, scope)
+    found = _one_binding(model, text, site)
+    if found is None:
         return None
+    assign = found[0]
     built = assign if _is_construction(model, assign) else None
-    return Owner(("bound", assign.site.order), text, built, facts.scope_of(assign.site))
+    return Owner(("bound", assign.site.order), text, built, model.facts.scope_of(assign.site))
 
 
 def _is_construction(model, assign) -> bool:
@@ -320,7 +274,7 @@ def _reads(model, assign) -> set[str]:
         bound = model.binding(head, use.site) if "." not in name else None
         if isinstance(bound, (Function, Klass)):
             continue
-        reaching = facts.reaching_assigns(head, use.site)
+        reaching = model.assigns_here(head, use.site)
         if reaching and all(a.value is not None and a.value.kind == "constant" for a in reaching):
             continue
         names.add(name)
@@ -345,20 +299,19 @@ def _distinct(model, one: Owner, other: Owner) -> bool:
 
 def _owners(model, span, site, depth=0):
     """The models whose variables an expression's value is, or None."""
-    facts = model.facts
     if depth > MAX_DEPTH or model.spans.calls_in(span):
         return None
     uses = [u for u in model.spans.uses_in(span) if not u.site.in_comprehension]
     if not uses or len(uses) != len(model.spans.uses_in(span)):
         return None
     if len(uses) == 1 and not variable_owner(uses[0].name):
-        reaching = facts.reaching_assigns(uses[0].name, uses[0].site)
-        if len(reaching) != 1 or reaching[0].kind != "assign" or reaching[0].span == (0, 0):
+        assign = model.assign_here(uses[0].name, uses[0].site)
+        if assign is None or assign.kind != "assign" or assign.span == (0, 0):
             return None
-        return _owners(model, reaching[0].span, reaching[0].site, depth + 1)
+        return _owners(model, assign.span, assign.site, depth + 1)
     found = []
     for use in uses:
-        text = _canonical(facts, use.name, use.site)
+        text = model.unaliased(use.name, use.site, MAX_DEPTH)
         owner, _, attribute = text.rpartition(".")
         if not variable_owner(text) or SAME_LIST.get(attribute, attribute) != "trainable_variables":
             return None
@@ -379,10 +332,10 @@ def _zip_variables(model, call):
         span = next(((start, end) for k, start, end in call.arg_spans if k in (0, "grads_and_vars")), None)
         site = call.site
     elif pairs.kind == "name":
-        reaching = facts.reaching_assigns(pairs.text, call.site)
-        if len(reaching) != 1 or reaching[0].value is None or reaching[0].value.kind != "call":
+        assign = model.assign_here(pairs.text, call.site)
+        if assign is None or assign.value is None or assign.value.kind != "call":
             return None
-        span, site = reaching[0].span, reaching[0].site
+        span, site = assign.span, assign.site
     else:
         return None
     calls = model.spans.calls_in(span) if span else []
@@ -409,38 +362,31 @@ def _variables(model, call):
 # -- which optimizer -----------------------------------------------------------------------
 def _optimizer(model, receiver, site):
     """(key, persistent, binding site or None) for the optimizer object `receiver` names, or None."""
-    facts = model.facts
     head, _, rest = receiver.partition(".")
     if rest:
-        fn = _self_class(model, head, site)
-        if fn is None or "." in rest:
+        klass = model.self_class(head, site)
+        if klass is None or "." in rest:
             return None
-        assigns = _attribute_assigns(model, fn.owner, rest)
+        assigns = model.attribute_assigns(klass, rest)
         if not assigns:
-            if rest != "optimizer" or not model.is_keras(fn.owner, "layers"):
+            if rest != "optimizer" or not model.is_keras(klass, "layers"):
                 return None  # set from outside the class: unknown
-            if any(callee_of(facts, c).startswith("tensorflow.distribute.") or method_of(c) == "scope"
-                   for c in facts.calls):
+            if distributes(model.facts):
                 return None  # under a strategy, `fit` builds the compiled optimizer for all the model's variables
         elif len(assigns) != 1 or assigns[0][1].name not in SETUP_METHODS:
             return None  # replaced in a method: which object a call sees depends on the order
-        return ("attr", fn.owner.id, rest), True, None
-    reaching = facts.reaching_assigns(receiver, site)
-    if reaching:
-        if len(reaching) != 1:
-            return None
-        return ("bound", reaching[0].site.order), False, reaching[0].site
-    assign = _outer_binding(model, receiver, site)
-    if assign is None:
+        return ("attr", klass.id, rest), True, None
+    found = _one_binding(model, receiver, site)
+    if found is None:
         return None
-    return ("bound", assign.site.order), True, None
+    assign, outer = found
+    return ("bound", assign.site.order), outer, None if outer else assign.site
 
 
 def _is_optimizer_construction(model, receiver, site) -> bool:
-    facts = model.facts
-    reaching = facts.reaching_assigns(receiver, site) or [a for a in facts.assigns if a.target == receiver]
+    assigns = model.assigns_here(receiver, site) or model.assigns_named(receiver)
     return any(a.value is not None and a.value.kind == "call" and is_keras_class(a.value.callee, "optimizers")
-               for a in reaching)
+               for a in assigns)
 
 
 # -- when the two calls meet the same object ------------------------------------------------
@@ -455,17 +401,14 @@ def _same_object(facts, first, second, bound_at):
 
 
 def _run_order(model, first, second):
-    """Which of two calls in different functions runs first: by a function calling both, else by position."""
+    """Which of two calls in different functions runs first: by a function calling both (the one
+    that calls either first), else by position."""
     facts = model.facts
     one, other = facts.scope_of(first.site), facts.scope_of(second.site)
-    callers: dict[int, dict[int, int]] = {}
-    for call in model.spans.calls:
-        callee = model.resolve(call)
-        if callee is not None and callee.model is model and callee.block.id in (one, other):
-            callers.setdefault(facts.scope_of(call.site), {}).setdefault(callee.block.id, call.site.order)
-    for orders in callers.values():
-        if one in orders and other in orders:
-            return (first, second) if orders[one] < orders[other] else (second, first)
+    both = [orders for orders in model.call_graph().values() if one in orders and other in orders]
+    if both:
+        orders = min(both, key=lambda o: min(o[one], o[other]))
+        return (first, second) if orders[one] < orders[other] else (second, first)
     return first, second
 
 
