@@ -288,16 +288,10 @@ def _library(facts, dotted: str) -> bool:
 
 
 def _bound_value(pm, name: str, site):
-    """The one value `name` is bound to at `site` (here, or at module level), or None."""
-    facts = pm.facts
-    reaching = facts.reaching_assigns(name, site)
-    if not reaching:
-        if any(a.target == name and facts.scope_of(a.site) == facts.scope_of(site) for a in facts.assigns):
-            return None
-        reaching = [a for a in facts.assigns if a.target == name and facts.scope_of(a.site) == 0]
-    if len(reaching) != 1 or reaching[0].kind != "assign":
-        return None
-    return reaching[0]
+    """The one plain assignment that gives `name` its value at `site` (here, in an enclosing
+    function, or at module level), or None."""
+    assigns = pm.assigns_reaching(name, site)
+    return assigns[0] if len(assigns) == 1 and assigns[0].kind == "assign" else None
 
 
 def _regularizer_value(pm, expr, site, depth: int = 0) -> bool:
@@ -371,8 +365,7 @@ class _Search:
         if key in self.seen:
             return None
         self.seen.add(key)
-        classes = {cls.id for cls in pm.bases(klass.block)}
-        methods = {fn.block.id for fn in pm.functions.values() if fn.owner is not None and fn.owner.id in classes}
+        methods = {fn.block.id for cls in pm.bases(klass.block) for fn in pm.methods(cls)}
         calls = [c for c in pm.spans.calls if pm.facts.scope_of(c.site) in methods]
         return self.calls(pm, calls, depth)
 
@@ -401,7 +394,7 @@ class _Search:
             if use.name.startswith("self.") or use.name in ("None", "True", "False"):
                 continue
             name = use.name.split(".")[0]
-            for assign in facts.reaching_assigns(name, use.site):
+            for assign in pm.assigns_here(name, use.site):
                 key = ("assign", facts.path, assign.site)
                 if key in self.seen or assign.span == (0, 0):
                     continue
@@ -427,35 +420,22 @@ class _Search:
         return None
 
 
-def _self_attribute_value(pm, klass_block, attribute: str):
-    """The one assignment of `self.<attribute>` in the methods of a class."""
-    found = []
-    for fn in pm.functions.values():
-        if fn.owner is klass_block and fn.bound:
-            target = f"{fn.self_name}.{attribute}"
-            found += [a for a in pm.facts.assigns if a.target == target and pm.facts.scope_of(a.site) == fn.block.id]
-    return found[0] if len(found) == 1 and found[0].kind == "assign" else None
-
-
 def _regularization_of(pm, root: str, site):
     """Where the model `root` (at `site`) is regularized: (line, text, file), or None (none, or unknown)."""
-    facts = pm.facts
-    fn = pm.functions.get(facts.scope_of(site))
     search = _Search()
-    if fn is not None and fn.bound and root == fn.self_name and pm.is_keras(fn.owner):
-        return search.klass(Klass(fn.owner, pm), 0)
+    klass = pm.self_class(root, site)
+    if klass is not None and pm.is_keras(klass):
+        return search.klass(Klass(klass, pm), 0)
     target = pm.binding(root, site)
     if isinstance(target, Instance):
         return search.klass(target.klass, 0)
     if target is not None:
         return None
-    head, _, attribute = root.partition(".")
-    if fn is not None and fn.bound and head == fn.self_name and attribute and "." not in attribute:
-        assign = _self_attribute_value(pm, fn.owner, attribute)
-    elif "." not in root:
-        assign = _bound_value(pm, root, site)
+    if "." in root:  # `self.model`: the one `self.model = ...` in the methods of the class
+        assigns = pm.assigns_of(root, site, bases=False)
+        assign = assigns[0] if len(assigns) == 1 and assigns[0].kind == "assign" else None
     else:
-        assign = None
+        assign = _bound_value(pm, root, site)
     if assign is None or assign.value is None or assign.value.kind != "call":
         return None
     return search.value(pm, assign.span, assign.site, 0) or search.added(pm, root, assign, 0)
@@ -499,7 +479,7 @@ def _step_scopes(pm, scope: int) -> set[int]:
     fn = pm.functions.get(scope)
     if fn is None or fn.owner is None:
         return {scope}
-    return {f.block.id for f in pm.functions.values() if f.owner is fn.owner} | {scope}
+    return {f.block.id for f in pm.methods(fn.owner)} | {scope}
 
 
 def _unknown_helper(pm, tape, root: str, scope: int) -> bool:
@@ -525,25 +505,6 @@ def _unknown_helper(pm, tape, root: str, scope: int) -> bool:
     return False
 
 
-def _roots(pm, call) -> set[str]:
-    """The models whose variables are asked for: `model` for `model.trainable_variables`."""
-    facts = pm.facts
-    sources = call.arg(1, "sources")
-    if sources is None:
-        return set()
-    roots = set()
-    for use in pm.spans.uses_in(call_span(call)):
-        owner = variable_owner(use.name)
-        if owner:
-            roots.add(owner)
-            continue
-        for assign in facts.reaching_assigns(use.name, call.site):
-            for inner in pm.spans.uses_in(assign.span):
-                if variable_owner(inner.name):
-                    roots.add(variable_owner(inner.name))
-    return roots
-
-
 def _at(line: int, file: str, here: str) -> str:
     if os.path.abspath(file) == os.path.abspath(here):
         return f"line {line}"
@@ -553,16 +514,22 @@ def _at(line: int, file: str, here: str) -> str:
 def check(facts):
     pm = model_of(facts)
     applies = {facts.scope_of(c.site) for c in facts.calls if method_of(c) == "apply_gradients"}
+    adds_losses: dict[int, bool] = {}  # per step scope: read once, whatever the roots and tapes
     for call, tape in facts.gradient_calls():
         scope = facts.scope_of(call.site)
         target = call.arg(0, "target")
         if scope not in applies or not tape.with_blocks or not tape.name or target is None:
             continue
-        for root in sorted(_roots(pm, call)):
+        if call.arg(1, "sources") is None:
+            continue
+        _, owners = pm.gradient_roots(call, tape)  # the models whose variables are asked for
+        for root in sorted(owners):
             found = _regularization_of(pm, root, call.site)
             if found is None:
                 continue
-            if _adds_losses(pm, _step_scopes(pm, scope)) or _unknown_helper(pm, tape, root, scope):
+            if scope not in adds_losses:
+                adds_losses[scope] = _adds_losses(pm, _step_scopes(pm, scope))
+            if adds_losses[scope] or _unknown_helper(pm, tape, root, scope):
                 continue
             line, text, file = found
             yield report(
