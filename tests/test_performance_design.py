@@ -277,7 +277,7 @@ def test_a_warm_run_serves_identical_results_from_the_cache(tree, tmp_path):
     assert (cold.findings, cold.errors) == (uncached.findings, uncached.errors)
     assert cold_cache.hits == 0 and warm_cache.misses == 0
     assert warm_cache.hits == cold_cache.misses == len(_entries(tmp_path / "cache")) > 20
-    assert not list((tmp_path / "cache").rglob(".tmp-*"))  # atomic writes leave nothing behind
+    assert not list((tmp_path / "cache").rglob("*.tapecheck-tmp"))  # atomic writes leave nothing behind
 
 
 def test_the_key_covers_content_path_rules_and_context(tmp_path):
@@ -320,7 +320,7 @@ def test_two_runs_sharing_one_cache(tree, tmp_path):
     assert "finding" in reference
     cache = tmp_path / ".tapecheck_cache"
     assert (cache / "CACHEDIR.TAG").exists() and (cache / ".gitignore").read_text().strip().endswith("*")
-    assert not list(cache.rglob(".tmp-*"))
+    assert not list(cache.rglob("*.tapecheck-tmp"))
     for entry in _entries(cache):
         assert json.loads(entry.read_bytes())["key"] == entry.parent.name + entry.name
     warm = subprocess.run(command, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout

@@ -29,11 +29,11 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 
 from tapecheck import __version__
+from tapecheck.lint.atomic import replace_file
 from tapecheck.findings import Edit, FileError, Finding, Fix
 
 CACHE_DIR_NAME = ".tapecheck_cache"
@@ -139,17 +139,7 @@ class Cache:
             folder = os.path.dirname(self._file(key))
             os.makedirs(folder, exist_ok=True)
             self._tag(os.path.dirname(self.root))
-            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-            try:
-                with os.fdopen(handle, "wb") as out:
-                    out.write(data)
-                os.replace(temporary, self._file(key))
-            except BaseException:
-                try:
-                    os.unlink(temporary)
-                except OSError:
-                    pass
-                raise
+            replace_file(self._file(key), data, private=True)
         except (OSError, TypeError, ValueError):
             pass  # a read-only or full disk, or results JSON cannot hold: run uncached
 
@@ -234,17 +224,7 @@ class StatIndex:
             if self._cache is not None:
                 self._cache._tag(os.path.dirname(self._cache.root))
             data = json.dumps({"format": FORMAT, "entries": self._entries}, separators=(",", ":")).encode()
-            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-            try:
-                with os.fdopen(handle, "wb") as out:
-                    out.write(data)
-                os.replace(temporary, self.file)
-            except BaseException:
-                try:
-                    os.unlink(temporary)
-                except OSError:
-                    pass
-                raise
+            replace_file(self.file, data, private=True)
             self._dirty = False
         except (OSError, TypeError, ValueError):
             pass

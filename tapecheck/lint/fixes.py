@@ -471,30 +471,13 @@ def fix_source(
 
 def atomic_write(path: str, data: bytes) -> None:
     """Replace a file's contents all at once: a crash leaves the old file or the new, never half."""
-    import tempfile
+    from tapecheck.lint.atomic import replace_file
 
-    target = os.path.realpath(path)  # through a symlink, not over it
-    folder = os.path.dirname(target) or "."
     try:
-        status = os.stat(target)
-        descriptor, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tapecheck-tmp")
+        os.stat(path)
     except OSError as exc:
         raise FixError(f"cannot write the fixed file: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, status.st_mode & 0o7777)
-        if hasattr(os, "chown") and (status.st_uid, status.st_gid) != (os.getuid(), os.getgid()):
-            try:
-                os.chown(temp, status.st_uid, status.st_gid)  # keep the owner when we may (root)
-            except OSError:
-                pass
-        os.replace(temp, target)
+        replace_file(path, data, durable=True)
     except OSError as exc:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
         raise FixError(f"cannot write the fixed file: {exc.strerror or exc}; the original is unchanged") from None

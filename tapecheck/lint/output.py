@@ -472,29 +472,11 @@ def statistics(outcome: Outcome, as_json: bool = False) -> str:
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    """`--output-file`: the new report replaces the old one all at once (temp file, then rename),
-    so a reader never sees half a report and a failed write leaves the old one. OSError on failure."""
-    import tempfile
+    """`--output-file`: the new report replaces the old one all at once, so a reader never sees
+    half a report and a failed write leaves the old one. OSError on failure."""
+    from tapecheck.lint.atomic import replace_file
 
-    target = os.path.realpath(path)
-    folder = os.path.dirname(target) or "."
-    descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tapecheck-tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-        try:
-            os.chmod(temporary, os.stat(target).st_mode & 0o7777)
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, target)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
+    replace_file(path, data)
 
 
 def render(outcome: Outcome, output_format: str, color: bool = False, quiet: bool = False,
