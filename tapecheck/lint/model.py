@@ -757,7 +757,18 @@ class ProgramModel:
         facts = self.facts
         params = set(fn.params)
         summary = Summary()
-        tracer = Tracer(self, lambda name: {name.partition(".")[0]} & params, hides=True)
+        self_name = fn.self_name
+
+        def origin_of(name: str) -> set[str]:
+            """A parameter; for `self.generator...`, also `self.generator`: what a call of this method
+            does with each attribute of the object it is called on (see `Tracer._through_attributes`)."""
+            head, dot, rest = name.partition(".")
+            found = {head} & params
+            if dot and head == self_name:
+                found.add(f"{head}.{rest.partition('.')[0]}")
+            return found
+
+        tracer = Tracer(self, origin_of, hides=True)
         events = [a for a in self._assigns_by_scope.get(key, ()) if a.kind in ("assign", "augassign") and a.span != (0, 0)]
         events += [e for e in facts.exits if e.kind == "return" and e.span != (0, 0) and facts.scope_of(e.site) == key]
         for event in sorted(events, key=lambda e: e.site.order):
@@ -1196,10 +1207,16 @@ class Tracer:
         reads = [(use.name, use.site.order, None) for use in model.spans.uses_in(span)
                  if not comprehensions or not _iterated(comprehensions, use.site.order)]
         for call in calls:
-            if not isinstance(call, Compare) and call.func.kind == "super":  # `super().m(x)` reads `self`
+            if isinstance(call, Compare):
+                continue
+            if call.func.kind == "super":  # `super().m(x)` reads `self`
                 fn = model.functions.get(facts.scope_of(call.site))
                 if fn is not None and fn.self_name:
                     reads.append((fn.self_name, call.site.order, call))
+            elif call.func.kind == "attribute" and call.receiver and "." not in call.receiver \
+                    and self.flow_of(call.func.text).empty():
+                # `self.generate(z)`: the method reads attributes of the object (`self.generator`)
+                reads.append((call.receiver, call.site.order, call))
         for name, order, through in reads:
             if is_metadata(name):
                 continue
@@ -1208,7 +1225,9 @@ class Tracer:
                 continue
             element = _element_of(comprehensions, name, order) if comprehensions else None
             value = self.judge(element) if element is not None else self.flow_of(name)
-            if through is not None and not value.empty():
+            if through is not None and through.func.kind == "attribute":
+                value = self._through_attributes(through, name)
+            elif through is not None and not value.empty():
                 value = self._through(through, order, value)
             if value.empty():
                 continue
@@ -1257,6 +1276,32 @@ class Tracer:
                 for origin, cut in f.partial.items():
                     if origin in flow.live:
                         flow.partial.setdefault(origin, cut)
+
+    def _through_attributes(self, call: Call, receiver: str) -> Flow:
+        """What `receiver.method(...)` returns through the attributes of `receiver` it reads: its
+        summary's `self.<attribute>` origins, mapped to `receiver.<attribute>` here."""
+        fn = self.model.resolve(call)
+        if fn is None or not fn.bound or not fn.self_name:
+            return Flow()
+        summary = self.model.summary(fn)
+        if summary is None:
+            return Flow()
+        returns = summary.returns
+        prefix = fn.self_name + "."
+        found = Flow()
+        for origin in sorted(set(returns.live) | set(returns.cuts)):
+            if not origin.startswith(prefix):
+                continue
+            value = self.flow_of(receiver + origin[len(fn.self_name):])
+            if value.empty():
+                continue
+            if origin not in returns.live:
+                cut = returns.cuts[origin]
+                if fn.model is not self.model and not cut.file:
+                    cut = replace(cut, file=fn.model.facts.path)
+                value.cut_all(cut.through(fn.qualname, call.site, self.model.facts.path))
+            found.merge(value)
+        return found
 
     def _through(self, call: Call, order: int, value: Flow) -> Flow:
         model = self.model

@@ -261,6 +261,21 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # a trainer's own method (not a Keras class) picks labels from the model it keeps
+    """
+import tensorflow as tf
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.opt = tf.keras.optimizers.Adam()
+    def predict_labels(self, x):
+        return tf.cast(tf.argmax(self.model(x, training=True), axis=-1), tf.float32)  # expect: TAP104
+    def step(self, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.predict_labels(x) - y))
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.opt.apply_gradients(zip(grads, self.model.trainable_variables))
+""",
     # a Lambda layer that rounds, inside a Sequential: the layers before it never train
     """
 import tensorflow as tf
