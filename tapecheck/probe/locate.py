@@ -25,7 +25,7 @@ class StaticCut(NamedTuple):
 
 @functools.lru_cache(maxsize=64)
 def _lint(path: str, mtime: float) -> tuple:
-    """(line, code, message) of each finding of `path`, at program lines (notebooks mapped)."""
+    """(line, code, message, details) of each finding of `path`, at program lines (notebooks mapped)."""
     from tapecheck.lint import lint_file
 
     try:
@@ -37,8 +37,8 @@ def _lint(path: str, mtime: float) -> tuple:
             if program is None:
                 return ()
             lines = ((program.program_line(f.cell, f.line) if f.cell else None, f) for f in findings)
-            return tuple((line, f.code, f.message) for line, f in lines if line is not None)
-        return tuple((f.line, f.code, f.message) for f in findings)
+            return tuple((line, f.code, f.message, f.details) for line, f in lines if line is not None)
+        return tuple((f.line, f.code, f.message, f.details) for f in findings)
     except Exception:  # noqa: BLE001 - unreadable now, or the linter cannot parse it: keep the run-time line
         return ()
 
@@ -54,15 +54,21 @@ def _findings(path: str) -> tuple:
 
 
 def static_lines(path: str, code: str, first: int, last: int) -> list[int]:
-    return sorted(line for line, found, _ in _findings(path) if found == code and first <= line <= last)
+    return sorted(line for line, found, _, _ in _findings(path) if found == code and first <= line <= last)
 
 
 _WHAT = re.compile(r"^(the comparison `[^`]+`|`[^`]+`)")
 
 
-def _cut(line, message) -> StaticCut:
+def _cut(line, message, details) -> StaticCut:
+    if details.get("op"):
+        return StaticCut(line, message, details["op"])
     what = _WHAT.match(message)
     return StaticCut(line, message, what.group(1) if what else "")
+
+
+def _zero(message, details) -> bool:
+    return details["zero"] if "zero" in details else "zero gradient" in message
 
 
 def cut_for_gradient(path: str, gradient_line: int, first: int | None = None) -> StaticCut | None:
@@ -73,13 +79,14 @@ def cut_for_gradient(path: str, gradient_line: int, first: int | None = None) ->
     """
     named = re.compile(rf"`\w+\.gradient` \(line {gradient_line}\)")
     inside = None
-    for line, code, message in _findings(path):
-        if code != "TAP104" or "zero gradient" in message:
+    for line, code, message, details in _findings(path):
+        if code != "TAP104" or _zero(message, details):
             continue
-        if named.search(message):
-            return _cut(line, message)
+        # lint says which call it explains in `details` (older cache entries: in the message)
+        if details.get("gradient_line") == gradient_line or ("gradient_line" not in details and named.search(message)):
+            return _cut(line, message, details)
         if inside is None and first is not None and first <= line <= gradient_line:
-            inside = _cut(line, message)
+            inside = _cut(line, message, details)
     return inside
 
 
@@ -90,16 +97,17 @@ def cut_for_fit(path: str, fit_line: int | None, op_line: int | None = None) -> 
     the one that names this `fit` call, else the only one.
     """
     found = []
-    for line, code, message in _findings(path):
-        if code != "TAP104" or "zero gradient" in message:
+    for line, code, message, details in _findings(path):
+        if code != "TAP104" or _zero(message, details):
             continue
-        if "given to `compile`" in message or (fit_line is not None and f"`fit` (line {fit_line})" in message):
-            found.append(_cut(line, message))
+        compiled = "compile_line" in details or "given to `compile`" in message
+        if compiled or (fit_line is not None and (details.get("fit_line") == fit_line or f"`fit` (line {fit_line})" in message)):
+            found.append((_cut(line, message, details), details))
     if op_line is not None:
-        for cut in found:
+        for cut, _ in found:
             if cut.line == op_line:
                 return cut
-    for cut in found:
-        if fit_line is not None and f"`fit` (line {fit_line})" in cut.message:
+    for cut, details in found:
+        if fit_line is not None and (details.get("fit_line") == fit_line or f"`fit` (line {fit_line})" in cut.message):
             return cut
-    return found[0] if len(found) == 1 else None
+    return found[0][0] if len(found) == 1 else None

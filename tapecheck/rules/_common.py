@@ -7,8 +7,9 @@ import re
 from tapecheck.findings import Finding
 from tapecheck.lint.model import KERAS_ROOTS, is_keras_class, keras_member  # noqa: F401 (shared with the rules)
 
-def report(facts, site, code: str, message: str, hint: str = "") -> Finding:
-    return Finding(facts.path, site.line, site.col, code, message, hint)
+def report(facts, site, code: str, message: str, hint: str = "", details: dict | None = None) -> Finding:
+    """A finding at `site`; `details`: what tools read without parsing the message (JSON, the probe)."""
+    return Finding(facts.path, site.line, site.col, code, message, hint, details=dict(details or {}))
 
 
 def flatten(expr):

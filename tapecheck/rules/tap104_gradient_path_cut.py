@@ -510,7 +510,8 @@ def check(facts):
             if term is not None and _where(facts, term, call.site) not in reported:
                 reported.add(_where(facts, term, call.site))
                 yield report(facts, _where(facts, term, call.site), CODE, _term_message(term, target.text, tape, call, facts.path),
-                             LAYER_HINT if term.layer else TERM_HINT)
+                             LAYER_HINT if term.layer else TERM_HINT,
+                             _details(term, facts.path, gradient_line=call.site.line, part="layer" if term.layer else "term"))
             continue
         if _where(facts, cut, call.site) in reported:
             continue
@@ -526,8 +527,19 @@ def check(facts):
                 f"{_in(cut, '', facts.path)} {_has(cut)}, and `{target.text}` depends on the sources only "
                 f"through it; the tape reaches it through {cut.path(facts.path)}: " + consequence
             )
-        yield report(facts, _where(facts, cut, call.site), CODE, message, HINT)
+        yield report(facts, _where(facts, cut, call.site), CODE, message, HINT,
+                     _details(cut, facts.path, gradient_line=call.site.line))
     yield from _compiled(model, reported)
+
+
+def _details(cut, path: str, **where) -> dict:
+    """What the finding's message says, for tools: the op, whether its gradient is zero, the call
+    path from the traced scope (function, line of its call, file), and the call it explains."""
+    return {
+        "op": cut.what, "zero": cut.zero,
+        "call_path": [[name, line, file or path] for name, line, file in cut.calls],
+        **where,
+    }
 
 
 def _term_message(cut, target: str, tape, call, path: str) -> str:
@@ -576,7 +588,7 @@ def _compiled(model, reported):
             f"through it{through}: `fit` runs it as the loss given to `compile` (line {compile_call.site.line}), "
             + ("every gradient is zero and the weights never move, silently" if cut.zero else
                "every gradient is None and training fails with \"No gradients provided for any variable\""),
-            HINT,
+            HINT, _details(cut, facts.path, compile_line=compile_call.site.line, loss=fn.qualname),
         )
     for call in model.spans.calls:
         if method_of(call) != "fit" or not call.receiver:
@@ -592,5 +604,5 @@ def _compiled(model, reported):
             facts, site, CODE,
             f"{_in(cut, fn.qualname, facts.path)} {_has(cut)}, and `{fn.owner.name}.call` depends on the layer's variables "
             f"only through it: `fit` (line {call.site.line}) gets None for every gradient of `{call.receiver}`",
-            HINT,
+            HINT, _details(cut, facts.path, fit_line=call.site.line),
         )
