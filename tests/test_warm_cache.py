@@ -126,12 +126,17 @@ def test_an_edit_that_keeps_size_and_modification_time_is_still_seen(tree):
 
 def test_a_file_read_just_after_an_edit_is_read_again_next_time(tree):
     lint(tree)
-    (tree / "plain1.py").write_text("x = 11\n")  # edited, then linted within the timestamp window
+    edited = tree / "plain1.py"
+    edited.write_text("x = 11\n")  # edited, then linted within the timestamp window:
+    soon = time.time() + 5  # its time a little ahead, so that a slow machine's lints stay within it
+    os.utime(edited, (soon, soon))
     _, opened = lint(tree)
     assert "plain1.py" in opened
     _, opened = lint(tree)
     assert "plain1.py" in opened  # its entry was made too soon after the edit to be trusted
-    settle()
+    aged = time.time() - 10  # as if edited long ago (another stat: read once more, then trusted)
+    os.utime(edited, (aged, aged))
+    settle()  # the change time the utime set ages too
     lint(tree)
     _, opened = lint(tree)
     assert opened == {"train.py"}  # the file with findings, for its suppression comments
