@@ -8,9 +8,15 @@ re-validates) every node of the tree even for a read-only visitor.
 
 - `Positions(module)` runs libcst's own code generator once with C-level hooks
   (`list.append` records tokens and node boundaries in one list) and turns
-  offsets into lines and columns only for the nodes asked about. Ranges are
-  libcst's `PositionProvider` ranges, start and end, line and column (a test
-  compares every node of the fixtures and rule examples).
+  offsets into lines and columns only for the nodes asked about. While it runs,
+  stand-ins replace the `_codegen` of the commonest node types (whitespace,
+  punctuation, names, the `_parenthesize` of every expression): the same tokens
+  with fewer Python frames, and no marks for the types no position is asked of
+  (`UNMARKED`), which leaves less to index: 0.26x the parse, was 0.66x. Ranges are
+  libcst's `PositionProvider` ranges, start and end, line and column, for every
+  other node (tests/test_positions.py compares them on the fixtures, rule examples
+  and real files, and every node the extractor asks about); a node without marks
+  is answered by libcst's provider itself.
 - `parse_module(source)` is `libcst.parse_module` without re-validating each node the
   parser builds (15-20% of the parse of a large file).
 - `FastVisitor._walk(node)` calls the same `visit_<Type>`/`leave_<Type>`
@@ -27,12 +33,14 @@ import typing
 from _thread import RLock
 from bisect import bisect_right
 from itertools import accumulate, compress
-from operator import not_
+from operator import length_hint, not_
 from typing import NamedTuple
 
 import libcst as cst
-from libcst._nodes.base import CSTNode
+from libcst._nodes.base import BaseValueToken, CSTNode
+from libcst._nodes.expression import _BaseParenthesizedNode
 from libcst._nodes.internal import CodegenState
+from libcst._nodes.op import _BaseOneTokenOp
 
 NEWLINE_RE = re.compile(r"\r\n?|\n")  # libcst's own line-break rule
 
@@ -123,7 +131,7 @@ class _MarkingState(CodegenState):
         pass
 
     def record_syntactic_position(self, node, *, start_node=None, end_node=None):
-        if node.__class__ in PARENTHESIZED:
+        if node.__class__ in _NO_SYNTACTIC_MARK:
             return self._plain
         mark = _Syntactic()
         mark.start_node = start_node
@@ -133,88 +141,259 @@ class _MarkingState(CodegenState):
         return mark
 
 
+# -- cheaper code generation for positions ------------------------------------------
+#
+# libcst's code generator spends most of its time in Python frames that make no token:
+# each node's `_codegen` -> `_codegen_impl`, and, for every expression, the
+# `@contextmanager` `_parenthesize` (a generator and four more frames) even when the
+# expression has no parentheses. While `Positions` runs the generator, the methods below
+# stand in for libcst's on the node types that make most of a tree. Each makes exactly
+# the tokens libcst's makes, in the same order, and drops the marks no position needs:
+# whitespace, comments, newlines and one-token operators are never asked about, nor used
+# as the start or end of another node's range (`LeftParen`/`RightParen` keep theirs: the
+# range of a parenthesized expression is read from them). Each checks the state: any
+# other code generation running meanwhile (another thread, `module.code`) goes through
+# libcst's own method, unchanged. A test compares every position asked about with
+# libcst's PositionProvider.
+
+_CODEGEN = CSTNode._codegen
+_PARENTHESIZE = cst.Name._parenthesize  # `_BaseParenthesizedNode._parenthesize`, a contextmanager
+
+
+def _bare_value(self, state, **kwargs):  # SimpleWhitespace, Comment: `add_token(value)`, no marks
+    if state.__class__ is _MarkingState:
+        value = self.value
+        if value:  # an empty token moves no offset
+            state.add_token(value)
+    else:
+        _CODEGEN(self, state, **kwargs)
+
+
+def _bare_newline(self, state, **kwargs):
+    if state.__class__ is _MarkingState:
+        value = self.value
+        state.add_token(state.default_newline if value is None else value)
+    else:
+        _CODEGEN(self, state, **kwargs)
+
+
+def _whitespace(node, state) -> None:
+    if node.__class__ is cst.SimpleWhitespace:
+        value = node.value
+        if value:
+            state.add_token(value)
+    else:
+        node._codegen(state)
+
+
+def _line_end(self, state) -> None:
+    """The whitespace, comment and newline of a `TrailingWhitespace` or `EmptyLine`."""
+    _whitespace(self.whitespace, state)
+    comment = self.comment
+    if comment is not None:
+        comment._codegen(state)
+    newline = self.newline
+    if newline.__class__ is cst.Newline:
+        value = newline.value
+        state.add_token(state.default_newline if value is None else value)
+    else:
+        newline._codegen(state)
+
+
+def _bare_trailing_whitespace(self, state, **kwargs):
+    if state.__class__ is _MarkingState:
+        _line_end(self, state)
+    else:
+        _CODEGEN(self, state, **kwargs)
+
+
+def _bare_empty_line(self, state, **kwargs):
+    if state.__class__ is _MarkingState:
+        if self.indent:
+            state.add_indent_tokens()
+        _line_end(self, state)
+    else:
+        _CODEGEN(self, state, **kwargs)
+
+
+def _bare_one_token_op(self, state, **kwargs):  # `,` `.` `=` `:` `+` `and` `<` ...: libcst's impl, no marks
+    if state.__class__ is _MarkingState:
+        _whitespace(self.whitespace_before, state)
+        state.add_token(self._get_token())
+        _whitespace(self.whitespace_after, state)
+    else:
+        _CODEGEN(self, state, **kwargs)
+
+
+def _fast_name(self, state, **kwargs):
+    if state.__class__ is _MarkingState and not self.lpar:
+        add = state.add_token  # also `before_codegen` and `after_codegen`: the node's marks
+        add(self)
+        add(self.value)
+        add(self)
+    else:
+        _CODEGEN(self, state, **kwargs)
+
+
+def _fast_parenthesize(self, state):
+    if state.__class__ is _MarkingState and not self.lpar and self.__class__ in PARENTHESIZED:
+        return state._plain  # no parentheses to write, no mark to make (see PARENTHESIZED)
+    return _PARENTHESIZE(self, state)
+
+
+def _unmarked(self, state, **kwargs):  # libcst's `_codegen` without the node's marks
+    if state.__class__ is _MarkingState:
+        self._codegen_impl(state, **kwargs)
+    else:
+        _CODEGEN(self, state, **kwargs)
+
+
+def _impl_is(node_type: type, owner: type) -> bool:
+    return node_type._codegen_impl is owner.__dict__["_codegen_impl"] and "_codegen" not in node_type.__dict__
+
+
+_NODE_TYPES = [c for c in vars(cst).values() if isinstance(c, type) and CSTNode in c.__mro__]
+_BARE = {
+    # node type -> its `_codegen` while positions are computed. Only types whose
+    # `_codegen_impl` is the one each stand-in copies (a test reads libcst's source).
+    **{t: _bare_value for t in (cst.SimpleWhitespace, cst.Comment) if _impl_is(t, BaseValueToken)},
+    **{t: _bare_newline for t in (cst.Newline,) if "_codegen_impl" in t.__dict__},
+    cst.TrailingWhitespace: _bare_trailing_whitespace,
+    cst.EmptyLine: _bare_empty_line,
+    **{t: _bare_one_token_op for t in _NODE_TYPES if _BaseOneTokenOp in t.__mro__ and _impl_is(t, _BaseOneTokenOp)},
+    **{t: _fast_name for t in (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
+       if t._codegen_impl.__code__.co_code == cst.Name._codegen_impl.__code__.co_code},
+}
+# Types no position is asked of, nor read from (as another node's start or end, or as
+# parentheses): generated without marks, nor a syntactic mark of their own.
+UNMARKED = frozenset(
+    {*(t for t, method in _BARE.items() if method is not _fast_name), *(
+        getattr(cst, name) for name in (
+            "Arg", "Element", "DictElement", "StarredDictElement", "AssignTarget", "Parameters",
+            "ComparisonTarget", "SubscriptElement", "Index", "Annotation", "Decorator",
+            "LeftSquareBracket", "RightSquareBracket", "LeftCurlyBrace", "RightCurlyBrace",
+            "ParenthesizedWhitespace",
+        )
+    )}
+)
+_BARE.update({t: _unmarked for t in UNMARKED if t not in _BARE})
+_BARE = {t: method for t, method in _BARE.items() if "_codegen" not in t.__dict__}  # only CSTNode's is replaced
+
+
+_NO_SYNTACTIC_MARK = PARENTHESIZED | UNMARKED
+
+
+class _FastCodegen:
+    """While in use, libcst's code generator runs with the stand-ins above (see there)."""
+
+    def __enter__(self):
+        for node_type, method in _BARE.items():
+            node_type._codegen = method
+        _BaseParenthesizedNode._parenthesize = _fast_parenthesize
+
+    def __exit__(self, *exc):
+        for node_type in _BARE:
+            try:
+                del node_type._codegen  # back to CSTNode's
+            except AttributeError:  # another thread's Positions put it back already
+                pass
+        _BaseParenthesizedNode._parenthesize = _PARENTHESIZE
+        return False
+
+
 class Positions:
-    """libcst `PositionProvider` ranges of every node of one module, computed on demand."""
+    """libcst `PositionProvider` ranges of the nodes of one module, computed on demand.
+
+    Every node but those `UNMARKED` (punctuation, whitespace, and the parts of a call, a
+    display or a signature that hold no code of their own) has libcst's range. Asked about
+    a node it has no mark for, it answers with libcst's PositionProvider instead (slow,
+    never wrong); a test checks that the extractor never makes it do so."""
 
     def __init__(self, module: cst.Module):
         self._fallback = None
+        self._module = module
         if not (module.body or module.header or module.footer):
             # An empty module: libcst decides its trailing newline from an empty
             # token list, which the marks would hide.
-            self._use_libcst(module)
+            self._use_libcst()
             return
         state = _MarkingState(module)
-        module._codegen(state)
+        with _FastCodegen():
+            module._codegen(state)
         items = state.tokens
-        lengths = [len(item) if item.__class__ is str else 0 for item in items]
+        # Tokens are strings, marks are nodes (and `_Syntactic`s), which have no length:
+        # `length_hint` gives 0 for them. All below runs in C, no Python frame per item.
+        lengths = list(map(length_hint, items))
         text = "".join(compress(items, lengths))
         if "\r" in text:
             # libcst counts lines token by token; a CR LF split over two tokens
             # would count twice there. Rare (old Windows files): use libcst itself.
-            self._use_libcst(module)
+            self._use_libcst()
             return
         self._line_starts = [m.end() for m in NEWLINE_RE.finditer(text)]
-        # Keep only the marks (nodes and syntactic blocks; `not length` is true for
-        # them) with the offset before each: all in C, no Python frame per item.
+        # Keep only the marks (`not length` is true for them), with the offset before each.
         is_mark = list(map(not_, lengths))
-        self._offsets = list(compress(accumulate(lengths, initial=0), is_mark))
+        offsets = list(compress(accumulate(lengths, initial=0), is_mark))
         ids = list(map(id, compress(items, is_mark)))
-        count = len(ids)
-        # First and last appearance of each mark: before and after its code.
-        self._first = dict(zip(reversed(ids), range(count - 1, -1, -1)))
-        self._last = dict(zip(ids, range(count)))
-        # Ids stay unique while the nodes live (the caller holds the module) and the
-        # syntactic marks live (held here).
+        # The offsets of the first and last appearance of each mark: before and after its code.
+        self._last = dict(zip(ids, offsets))
+        ids.reverse()
+        offsets.reverse()
+        self._first = dict(zip(ids, offsets))
+        # Ids stay unique while the nodes live (held here) and the syntactic marks live
+        # (held here too).
         self._syntactic = state.syntactic
 
-    def _use_libcst(self, module: cst.Module) -> None:
+    def _use_libcst(self) -> None:
         from libcst.metadata import MetadataWrapper, PositionProvider
 
-        self._fallback = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        self._fallback = MetadataWrapper(self._module, unsafe_skip_copy=True).resolve(PositionProvider)
 
     def _span(self, node) -> tuple[int, int]:
         if node.__class__ in PARENTHESIZED:
-            offsets, lpar, rpar = self._offsets, node.lpar, node.rpar
-            start = offsets[self._last[id(lpar[-1])]] if lpar else offsets[self._first[id(node)]]
-            end = offsets[self._first[id(rpar[0])]] if rpar else offsets[self._last[id(node)]]
+            lpar, rpar = node.lpar, node.rpar
+            start = self._last[id(lpar[-1])] if lpar else self._first[id(node)]
+            end = self._first[id(rpar[0])] if rpar else self._last[id(node)]
             return start, end
         mark = self._syntactic.get(id(node))
         if mark is None:
-            return self._offsets[self._first[id(node)]], self._offsets[self._last[id(node)]]
-        if mark.start_node is None:
-            start = self._offsets[self._first[id(mark)]]
-        else:
-            start = self._span(mark.start_node)[0]
-        if mark.end_node is None:
-            end = self._offsets[self._last[id(mark)]]
-        else:
-            end = self._span(mark.end_node)[1]
+            return self._first[id(node)], self._last[id(node)]
+        start = self._first[id(mark)] if mark.start_node is None else self._span(mark.start_node)[0]
+        end = self._last[id(mark)] if mark.end_node is None else self._span(mark.end_node)[1]
         return start, end
+
+    def _start(self, node) -> int:
+        if node.__class__ in PARENTHESIZED:
+            lpar = node.lpar
+            return self._last[id(lpar[-1])] if lpar else self._first[id(node)]
+        mark = self._syntactic.get(id(node))
+        if mark is None:
+            return self._first[id(node)]
+        return self._first[id(mark)] if mark.start_node is None else self._start(mark.start_node)
 
     def _point(self, offset: int) -> Point:
         index = bisect_right(self._line_starts, offset)
         return Point(index + 1, offset - self._line_starts[index - 1] if index else offset)
 
     def __getitem__(self, node: cst.CSTNode) -> Range:
-        if self._fallback is not None:
-            found = self._fallback[node]
-            return Range(Point(found.start.line, found.start.column), Point(found.end.line, found.end.column))
-        start, end = self._span(node)
-        return Range(self._point(start), self._point(end))
+        if self._fallback is None:
+            try:
+                start, end = self._span(node)
+            except KeyError:  # a node without marks (UNMARKED): libcst answers
+                self._use_libcst()
+            else:
+                return Range(self._point(start), self._point(end))
+        found = self._fallback[node]
+        return Range(Point(found.start.line, found.start.column), Point(found.end.line, found.end.column))
 
     def start(self, node: cst.CSTNode) -> Point:
         """`self[node].start`, without working out the end."""
-        if self._fallback is not None:
-            return self[node].start
-        if node.__class__ in PARENTHESIZED:
-            lpar = node.lpar
-            return self._point(self._offsets[self._last[id(lpar[-1])] if lpar else self._first[id(node)]])
-        mark = self._syntactic.get(id(node))
-        if mark is None:
-            return self._point(self._offsets[self._first[id(node)]])
-        if mark.start_node is not None:
-            return self.start(mark.start_node)
-        return self._point(self._offsets[self._first[id(mark)]])
+        if self._fallback is None:
+            try:
+                return self._point(self._start(node))
+            except KeyError:
+                pass
+        return self[node].start
 
 
 # -- traversal ------------------------------------------------------------------
