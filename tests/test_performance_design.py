@@ -91,11 +91,17 @@ class ReferenceBuilder(FactsBuilder):
 
 @pytest.mark.parametrize("path,module", PARSED, ids=[p for p, _ in PARSED])
 def test_positions_are_libcst_positions_for_every_node(path, module):
+    from tapecheck.lint.fastcst import UNMARKED
+
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     positions = Positions(module)
     assert len(expected) > 0
     for node, want in expected.items():
+        if node.__class__ in UNMARKED:
+            continue  # no position is asked of these (asked anyway: libcst answers, tests/test_positions.py)
         got = positions[node]
+        # its own answer, not libcst's: one fallback would make every later comparison libcst against libcst
+        assert positions._fallback is None or "\r" in module.code or not module.body, (path, type(node).__name__)
         assert (got.start.line, got.start.column, got.end.line, got.end.column) == (
             want.start.line, want.start.column, want.end.line, want.end.column,
         ), (path, type(node).__name__)
