@@ -14,18 +14,17 @@ TensorFlow import for the module; each run is a few steps of a tiny model.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import runpy
 import sys
 import traceback
-import warnings
 from pathlib import Path
 
 import pytest
 
 tf = pytest.importorskip("tensorflow")
+
+from fixture_runs import fixture_run
 
 import tapecheck
 
@@ -44,19 +43,6 @@ EXPECTED = {
     "bad_tf_function_step.py": ("`Greater`", "run", ["`hit_rate_loss` (called at line 20)"]),
     "bad_train_step_override.py": ("`ArgMax`", "run", ["`error_rate` (called at line 30)"]),
 }
-
-
-@contextlib.contextmanager
-def fixture_run(path: Path):
-    sys.path.insert(0, str(path.parent))
-    saved_argv, sys.argv = sys.argv, [str(path)]
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        sys.argv = saved_argv
-        sys.path.remove(str(path.parent))
 
 
 def run(path: Path, probed: bool = True):

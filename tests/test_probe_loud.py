@@ -12,8 +12,6 @@ status must be the same each time. Each `good_*.py` twin runs clean.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 import runpy
@@ -28,13 +26,15 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest_plugins = ["pytester"]
 
+from fixture_runs import fixture_run
+
 import tapecheck
 
 LOUD = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "loud"
 BAD = sorted(LOUD.glob("bad_*.py"))
 GOOD = sorted(LOUD.glob("good_*.py"))
 EXPECT = re.compile(r"#\s*probe-expect:\s*(TAP\d{3})")
-RAISES = re.compile(r"^raises: (\w+): (.+)$", re.M)
+RAISES = re.compile(r"^raises: (\w+): (.+)$", re.MULTILINE)
 
 
 def expectation(path: Path):
@@ -49,19 +49,6 @@ def normalized(text: str) -> str:
     autograph's temporary file names vary per run."""
     text = re.sub(r"__autograph_generated_file\w+", "AG", text)
     return re.sub(r"\d+", "N", re.sub(r"(?<=[a-z])_\d+(?=[/:,>])", "", text))  # sequential_3/ -> sequential/
-
-
-@contextlib.contextmanager
-def fixture_run(path: Path):
-    sys.path.insert(0, str(path.parent))
-    saved_argv, sys.argv = sys.argv, [str(path)]
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        sys.argv = saved_argv
-        sys.path.remove(str(path.parent))
 
 
 def run_plain(path: Path):

@@ -57,18 +57,25 @@ class PenaltyHooks:
             return ()
         return tapes.recording_user_tapes()
 
+    def _note(self, field: str, layer) -> None:
+        """Remember `layer` (weakly) in `field` of every tape recording now: its `.losses` was read
+        (`losses_read`), or it called `add_loss` (`penalties`)."""
+        try:
+            for info in self._recording():
+                seen = getattr(info, field)
+                if seen is None:
+                    seen = []
+                    setattr(info, field, seen)
+                if not any(ref() is layer for ref in seen):
+                    seen.append(weakref.ref(layer))
+        except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+            report_internal_error(exc)
+
     def _wrap_losses(self, fget):
         hooks = self
 
         def losses(self):
-            try:
-                for info in hooks._recording():
-                    if info.losses_read is None:
-                        info.losses_read = []
-                    if not any(ref() is self for ref in info.losses_read):
-                        info.losses_read.append(weakref.ref(self))
-            except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
-                report_internal_error(exc)
+            hooks._note("losses_read", self)
             return fget(self)
 
         losses.__name__ = getattr(fget, "__name__", "losses")
@@ -82,14 +89,7 @@ class PenaltyHooks:
         hooks = self
 
         def add_loss(self, *args, **kwargs):
-            try:
-                for info in hooks._recording():
-                    if info.penalties is None:
-                        info.penalties = []
-                    if not any(ref() is self for ref in info.penalties):
-                        info.penalties.append(weakref.ref(self))
-            except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
-                report_internal_error(exc)
+            hooks._note("penalties", self)
             return original(self, *args, **kwargs)
 
         return add_loss
