@@ -298,6 +298,8 @@ class ProgramModel:
         self._calls_by_name: dict[str, list] = {}
         self._methods: dict[int, list] | None = None
         self._attribute_assigns: dict[tuple[int, str], list] = {}
+        self._assigns_by_name: dict[str, list] | None = None  # assigns_named
+        self._call_graph: dict[int, dict[int, int]] | None = None  # call_graph
         self.memo: dict = {}  # what a rule derives once per file (keyed by the rule's own names)
         self._uses_by_attribute: dict[str, list] | None = None
         params: dict[int, list[str]] = {}
@@ -441,7 +443,7 @@ class ProgramModel:
             head, _, attribute = name.partition(".")
             if "." in attribute:
                 return None
-            klass = self._self_class(head, site)
+            klass = self.self_class(head, site)
             if klass is not None:
                 return self.method_of_block(klass, attribute) or self.attribute(klass, attribute, depth)
             owner = self.binding(head, site, depth + 1)
@@ -523,7 +525,7 @@ class ProgramModel:
         scope = facts.scope_of(site)
         head, _, attribute = name.partition(".")
         if attribute:
-            if "." in attribute or self._self_class(head, site) is None:
+            if "." in attribute or self.self_class(head, site) is None:
                 return None
             uses = self._uses_of_attribute(attribute)
             if any(facts.scope_of(u.site) != scope and not _value_unread(u.name, attribute) for u in uses):
@@ -549,7 +551,7 @@ class ProgramModel:
             return []
         head, _, attribute = name.partition(".")
         if attribute and "." not in attribute:
-            klass = self._self_class(head, site)
+            klass = self.self_class(head, site)
             if klass is None:
                 return []
             assigns = [assign for assign, _ in self.attribute_assigns(klass, attribute)]
@@ -648,8 +650,9 @@ class ProgramModel:
             if blocks[scope].kind != "class":
                 return scope
 
-    def _self_class(self, head: str, site: Site) -> Block | None:
-        """The class whose instance `head` is, when `head` is the `self` of the method holding `site`."""
+    def self_class(self, head: str, site: Site) -> Block | None:
+        """The class whose instance `head` is at `site`: the class of the method holding `site`,
+        when `head` is that method's `self`. None in a function, a staticmethod, or for another name."""
         fn = self.functions.get(self.facts.scope_of(site))
         if fn is not None and fn.bound and fn.self_name == head:
             return fn.owner
@@ -1049,11 +1052,6 @@ class ProgramModel:
                     yield call, fn, positional[1]
 
     # -- queries the rules ask (one place for reaching definitions and `self.` attributes) -------
-    def self_class(self, head: str, site: Site) -> Block | None:
-        """The class whose instance `head` is at `site`: the class of the method holding `site`,
-        when `head` is that method's `self`. None in a function, a staticmethod, or for another name."""
-        return self._self_class(head, site)
-
     def assigns_here(self, name: str, site: Site) -> list:
         """The bindings of `name` in the scope of `site` that may hold there (a parameter is one);
         [] when none reaches the site from its own scope. Closures and globals are not looked at
@@ -1068,9 +1066,9 @@ class ProgramModel:
 
     def assigns_named(self, name: str) -> list:
         """Every binding of `name` in the file, in any scope (parameters too), in the facts' order."""
-        index = self.memo.get("model.assigns_by_name")
+        index = self._assigns_by_name
         if index is None:
-            index = self.memo["model.assigns_by_name"] = {}
+            index = self._assigns_by_name = {}
             for assign in self.facts.assigns:
                 index.setdefault(assign.target, []).append(assign)
         return index.get(name, [])
@@ -1094,7 +1092,7 @@ class ProgramModel:
         head, _, attribute = name.partition(".")
         if not attribute:
             return self.assigns_reaching(name, site)
-        klass = self._self_class(head, site) if "." not in attribute else None
+        klass = self.self_class(head, site) if "." not in attribute else None
         if klass is None:
             return []
         return [assign for assign, fn in self.attribute_assigns(klass, attribute) if bases or fn.owner is klass]
@@ -1146,9 +1144,9 @@ class ProgramModel:
     def call_graph(self) -> dict[int, dict[int, int]]:
         """For each scope, the functions of this file its calls run (their block ids), each with the
         order of the first call that runs it. Every call is resolved once per file."""
-        graph = self.memo.get("model.call_graph")
+        graph = self._call_graph
         if graph is None:
-            graph = self.memo["model.call_graph"] = {}
+            graph = self._call_graph = {}
             for call in self.spans.calls:
                 callee = self.resolve(call)
                 if callee is not None and callee.model is self:

@@ -15,6 +15,12 @@ VARIABLE_ATTRIBUTES = frozenset(
 )
 # Parts of a dotted name that are static metadata, never a tensor on a gradient path.
 METADATA_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "name", "device", "rank"})
+# The Keras model classes, in every flavour's spelling (`keras.Model`, `tf.keras.models.Sequential`...).
+MODEL_CLASSES = frozenset(
+    f"{root}{name}"
+    for root in ("keras.", "tensorflow.keras.", "tf_keras.", "keras.models.", "tensorflow.keras.models.")
+    for name in ("Model", "Sequential")
+)
 # Calls whose result is static metadata (an integer, a shape): no gradient to cut.
 METADATA_CALLS = frozenset(
     {

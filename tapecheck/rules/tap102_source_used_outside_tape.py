@@ -166,7 +166,7 @@ def _known_binding(model, source, site) -> bool:
     """The source is bound here by plain assignments (not a parameter, a loop variable, an import)."""
     head, _, attribute = source.partition(".")
     if attribute:
-        klass = model._self_class(head, site)
+        klass = model.self_class(head, site)
         assigns = [a for a, _ in model.attribute_assigns(klass, attribute)] if klass is not None else []
     else:
         assigns = model.assigns_reaching(source, site)

@@ -45,7 +45,7 @@ dy_dx = tape.gradient(y, x)  # [2.0, 4.0, 6.0]
 
 from tapecheck.lint.facts import Expr
 from tapecheck.lint.model import VARIABLE_CLASSES, Function, Klass, is_keras_class, model_of
-from tapecheck.lint.queries import callee_of, is_metadata
+from tapecheck.lint.queries import MODEL_CLASSES, callee_of, is_metadata
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP103"
@@ -229,9 +229,6 @@ def _kind_of_binding(model, assign, depth: int = 0) -> str:
 
 
 MAX_DEPTH = 4  # bindings, returns and callers followed
-MODEL_CLASSES = frozenset({"keras.Model", "keras.Sequential", "tensorflow.keras.Model", "tensorflow.keras.Sequential",
-                           "keras.models.Model", "keras.models.Sequential", "tensorflow.keras.models.Model",
-                           "tensorflow.keras.models.Sequential", "tf_keras.Model", "tf_keras.Sequential"})
 
 
 def _keras_object(model, source, site) -> str:

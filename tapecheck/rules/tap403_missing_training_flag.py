@@ -68,7 +68,7 @@ import re
 from tapecheck.lint.facts import GRADIENT_METHODS
 from tapecheck.lint.model import LIBRARIES, Function, Klass, load_module, model_of
 from tapecheck.rules._common import keras_member, report
-from tapecheck.lint.queries import callee_of, spans_of, variable_owner
+from tapecheck.lint.queries import MODEL_CLASSES, callee_of, spans_of, variable_owner
 
 CODE = "TAP403"
 NAME = "missing-training-flag"
@@ -91,11 +91,6 @@ def screen(source: bytes) -> bool:
     return b"GradientTape" in source or TRAINING_TRUE.search(source) is not None
 
 
-MODEL_CLASSES = frozenset(
-    f"{root}{name}"
-    for root in ("keras.", "tensorflow.keras.", "tf_keras.", "keras.models.", "tensorflow.keras.models.")
-    for name in ("Model", "Sequential")
-)
 VALIDATION_STEP = re.compile(r"(val|valid|validation|validate|eval|evaluate|evaluation|test)_step|(val|valid|validate|eval|evaluate)(_\w+)?")
 
 VALID = [
