@@ -74,7 +74,9 @@ def _token(text: str) -> str:
 def assert_each_line_says_what_is_on_it(message: str, path: Path):
     """Every "line N" names, just before it, something that is on line N of the file."""
     source = path.read_text(encoding="utf-8").splitlines()
-    for match in re.finditer(r"line (\d+)(?! of)", message):
+    matches = list(re.finditer(r"line (\d+)(?! of)", message))
+    assert matches, message  # each message names the `gradient` call's line at least
+    for match in matches:
         line = int(match.group(1))
         before = message[:match.start()]
         named = re.findall(r"`[^`]+`", before)[-3:]
@@ -95,7 +97,6 @@ def test_bad_fixture_the_cut_is_named_on_the_first_step(path):
     assert found == lines, probe.report()
     [finding] = probe.findings
     op, how, path_words = EXPECTED[path.name]
-    assert op in finding.message or op in finding.details.get("op", ""), finding.message
     assert op.strip("`") in finding.message, finding.message  # the message itself names the op
     assert finding.details["explains"] == f"{kind}: {fragment}"
     assert finding.details["cause"] in ("target-cut-off", "no-differentiable-path")
@@ -166,7 +167,7 @@ def test_the_first_step_trace_leaves_no_callback_and_changes_no_gradient():
         assert probe._tapes.tracer.traced_once  # the first recording of that line ran under the trace
         assert not probe._tapes.tracer.armed
     assert not op_callbacks.should_invoke_op_callbacks()
-    assert all((a == b).all() for a, b in zip(plain, probed))
+    assert len(plain) == len(probed) and all((a == b).all() for a, b in zip(plain, probed))
     assert probe.findings == []
 
 

@@ -13,13 +13,12 @@ from that attribute: if so the finding is TAP106, at the line in
 
 from __future__ import annotations
 
-import functools
 import gc
 import inspect
 import os
 import weakref
 
-from tapecheck.probe import diagnose, sites
+from tapecheck.probe import diagnose, locate, sites
 
 CODE = "TAP106"
 CAUSE = "variable-derived-outside-call"
@@ -99,12 +98,8 @@ def _static_finding(cls, attribute):
         return None
     path = os.path.abspath(path)
     last = first + len(lines) - 1
-    try:
-        mtime = os.stat(path).st_mtime
-    except OSError:
-        return None
-    for line, message in _tap106(path, mtime):
-        if first <= line <= last and f"`self.{attribute}`" in message:
+    for line, code, message, _ in locate.findings(path):  # lint's findings, once per file and mtime
+        if code == CODE and first <= line <= last and f"`self.{attribute}`" in message:
             # the rule's message: "`self.kernel` is computed from `self.g`, `self.v` in `build`, once, ..."
             target = message.split("`")[1] if message.count("`") >= 2 else "the tensor"
             read = message.partition(" is computed from ")[2].partition(" in `")[0] or f"`self.{attribute}`"
@@ -113,11 +108,3 @@ def _static_finding(cls, attribute):
     return None
 
 
-@functools.lru_cache(maxsize=64)
-def _tap106(path: str, mtime: float):
-    from tapecheck.lint import lint_file
-
-    try:
-        return tuple((f.line, f.message) for f in lint_file(path).findings if f.code == CODE)
-    except Exception:  # noqa: BLE001 - a file the linter cannot read: no static line, the TAP102 stays
-        return ()

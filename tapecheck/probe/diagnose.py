@@ -39,7 +39,6 @@ from tapecheck.probe import optrace, sites
 
 # Ops whose registered gradient returns None (so `get_gradient_function` cannot tell).
 _NO_GRADIENT_TYPES = optrace.NO_GRADIENT
-_SHAPE_TYPES = {"Shape", "ShapeN", "Size", "Rank", "VariableShape", "TensorListLength", "TensorArraySizeV3"}
 _MAX_OPS = 20000  # a walk of the traced graph never runs away on huge models
 
 
@@ -325,7 +324,7 @@ def _no_gradient(op) -> bool:
 
 def _cuts(op) -> bool:
     """An op that drops a floating-point value's gradient (constants and int-only ops do not count)."""
-    if op.type in _SHAPE_TYPES:
+    if op.type in optrace.SHAPE_OPS:
         return False
     floating_in = any(i.dtype.is_floating for i in op.inputs)
     return floating_in and (_no_gradient(op) or _float_in_int_out(op))
@@ -351,18 +350,12 @@ def _op_label(op):
     return label, None
 
 
-def graph_cut(targets, source):
+def graph_cut_frames(targets, source):
     """Inside a traced function: the op that cuts `source` (or anything) off the target.
 
-    Walks the graph back from the target; returns (label, user site) of the op
-    closest to the target that has no gradient. Eager tensors keep no producer:
-    (None, None).
-    """
-    return graph_cut_frames(targets, source)[:2]
-
-
-def graph_cut_frames(targets, source):
-    """`graph_cut`, and the user frames of the op's creation stack (outermost first), or None."""
+    Walks the graph back from the target; returns (label, user site, user frames of the op's
+    creation stack, outermost first) of the op closest to the target that has no gradient.
+    Eager tensors keep no producer: (None, None, None)."""
     found = _graph_cut_op(targets, source)
     if found is None:
         return None, None, None

@@ -6,7 +6,7 @@ step. Three kinds of evidence, cheapest first:
 
 - traced code (`tf.function`, `fit`, a `train_step` override): the graph keeps
   each op's producer and creation stack (`op.traceback`), so the op, its line
-  and every user frame between the tape and it are known (diagnose.graph_cut);
+  and every user frame between the tape and it are known (diagnose.graph_cut_frames);
 - eager code: the first recording of each tape line runs under an op callback
   (`FirstStepTrace`), which notes each op's type and tensor ids and, for an op
   without a gradient only, the user frames that made it. One recording per tape
@@ -43,7 +43,6 @@ _OP_WHAT = {
 }
 _OP_TYPE = re.compile(r"^`(\w+)`")
 # Float in, int out, but no value flows through them: a shape is not a cut (a bias under a second derivative).
-SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "VariableShape", "TensorListLength", "TensorArraySizeV3"})
 _MAX_FIRST = 4096  # tape lines remembered as already traced once, per probe
 
 
@@ -89,7 +88,7 @@ class FirstStepTrace(optrace.EagerOpTrace):
         if info is None or graph is not None or info.ops is None:
             return
         floating_in = any(t.dtype.is_floating for t in inputs)
-        int_out = (bool(outputs) and op_type not in SHAPE_OPS
+        int_out = (bool(outputs) and op_type not in optrace.SHAPE_OPS
                    and all(t.dtype.is_integer or t.dtype.is_bool for t in outputs))
         frames = user_frames(sys._getframe(1)) if floating_in and (op_type in optrace.NO_GRADIENT or int_out) else None
         site = sites.Site(*frames[-1][:2], 1) if frames else sites.user_site()

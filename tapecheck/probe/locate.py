@@ -43,7 +43,8 @@ def _lint(path: str, mtime: float) -> tuple:
         return ()
 
 
-def _findings(path: str) -> tuple:
+def findings(path: str) -> tuple:
+    """(line, code, message, details) of lint's findings in `path`, linted once per modification time."""
     if not path or path.startswith("<"):
         return ()
     try:
@@ -54,7 +55,7 @@ def _findings(path: str) -> tuple:
 
 
 def static_lines(path: str, code: str, first: int, last: int) -> list[int]:
-    return sorted(line for line, found, _, _ in _findings(path) if found == code and first <= line <= last)
+    return sorted(line for line, found, _, _ in findings(path) if found == code and first <= line <= last)
 
 
 _WHAT = re.compile(r"^(the comparison `[^`]+`|`[^`]+`)")
@@ -79,7 +80,7 @@ def cut_for_gradient(path: str, gradient_line: int, first: int | None = None) ->
     """
     named = re.compile(rf"`\w+\.gradient` \(line {gradient_line}\)")
     inside = None
-    for line, code, message, details in _findings(path):
+    for line, code, message, details in findings(path):
         if code != "TAP104" or _zero(message, details):
             continue
         # lint says which call it explains in `details` (older cache entries: in the message)
@@ -97,7 +98,7 @@ def cut_for_fit(path: str, fit_line: int | None, op_line: int | None = None) -> 
     the one that names this `fit` call, else the only one.
     """
     found = []
-    for line, code, message, details in _findings(path):
+    for line, code, message, details in findings(path):
         if code != "TAP104" or _zero(message, details):
             continue
         compiled = "compile_line" in details or "given to `compile`" in message

@@ -90,9 +90,9 @@ class OptimizerHooks:
                         hooks._mismatched(grads, variables)
                     except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
                         report_internal_error(exc)
-                if hooks.learning is not None and isinstance(variables, (list, tuple)) and len(variables) == len(grads):
-                    hooks.learning.seen(self, grads, variables)  # nothing to do on the usual step
                 if isinstance(variables, (list, tuple)) and len(variables) == len(grads):
+                    if hooks.learning is not None:
+                        hooks.learning.seen(self, grads, variables)  # nothing to do on the usual step
                     skipped = [v for g, v in zip(grads, variables) if g is None]
                     if skipped:
                         try:

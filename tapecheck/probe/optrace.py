@@ -17,6 +17,9 @@ from tensorflow.python.framework import op_callbacks, ops
 
 from tapecheck.probe import sites
 
+# Ops whose outputs are static facts about a tensor (a shape, a size): integer, but no cut.
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "VariableShape", "TensorListLength", "TensorArraySizeV3"})
+
 NO_GRADIENT = {
     "StopGradient", "PreventGradient", "Round", "Rint", "Floor", "Ceil", "Sign",
     "ArgMax", "ArgMin", "FloorDiv", "FloorMod", "Equal", "NotEqual", "Less",
