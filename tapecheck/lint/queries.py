@@ -10,6 +10,8 @@ from __future__ import annotations
 from bisect import bisect_right
 
 # Attributes that hold a model's variables: `model.trainable_variables` -> `model`.
+# Two spellings of one list of variables.
+SAME_LIST = {"trainable_weights": "trainable_variables", "weights": "variables"}
 VARIABLE_ATTRIBUTES = frozenset(
     {"trainable_variables", "trainable_weights", "variables", "weights", "trainable_params"}
 )

@@ -202,7 +202,7 @@ def _forward_pass_outside(facts):
             facts.records(tape, a.site) for a in facts.reaching_assigns(target.text, call.site)
         ):
             continue  # the target itself is outside: `_target_outside` says so
-        roots, owners = model.gradient_roots(call, tape)
+        _, owners = model.gradient_roots(call, tape)
         if not owners:
             continue  # sources named one by one: TAP102 judges where they are used
 
@@ -236,7 +236,7 @@ def _forward_pass_outside(facts):
         for origin in sorted(flow.live):
             kind, _, name = origin.partition(":")
             if kind == "before":
-                made = [a for a in facts.reaching_assigns(name, tape.site)]
+                made = facts.reaching_assigns(name, tape.site)
                 if not made:
                     continue
                 yield report(

@@ -60,6 +60,22 @@ TENSOR_MODULES = frozenset(
 )
 
 VALID = [
+    # the trainer is also made with something we cannot name: the source may be anything
+    """
+import tensorflow as tf
+def build_model():
+    return tf.keras.Sequential([tf.keras.layers.Dense(1)])
+class Probe:
+    def __init__(self, target):
+        self.target = target
+    def step(self, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(x * 2.0)
+        return tape.gradient(loss, self.target)
+a = Probe(build_model())
+b = Probe(tf.constant(1.0))
+""",
     # the model's variables, and a model passed in (we cannot tell what it is)
     """
 import tensorflow as tf
@@ -122,6 +138,22 @@ def f(helper):
 ]
 
 INVALID = [
+    # the model built by a function and handed to the trainer that passes it as the sources
+    """
+import tensorflow as tf
+def build_model():
+    return tf.keras.Sequential([tf.keras.layers.Dense(1)])
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.opt = tf.keras.optimizers.Adam()
+    def step(self, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.model(x, training=True) - y))
+        grads = tape.gradient(loss, self.model)  # expect: TAP103
+        self.opt.apply_gradients(zip(grads, self.model.trainable_variables))
+trainer = Trainer(build_model())
+""",
     # the model itself given as the sources
     """
 import tensorflow as tf

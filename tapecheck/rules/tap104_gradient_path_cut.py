@@ -494,7 +494,6 @@ def _where(facts, cut, fallback):
 
 def check(facts):
     model = model_of(facts)
-    spans = model.spans
     reported = set()
     for call, tape in facts.gradient_calls():
         target = call.arg(0, "target")

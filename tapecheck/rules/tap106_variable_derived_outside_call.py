@@ -62,7 +62,7 @@ from __future__ import annotations
 import re
 
 from tapecheck.lint.model import VARIABLE_CLASSES, Tracer, model_of
-from tapecheck.lint.queries import callee_of, method_of, prefixes
+from tapecheck.lint.queries import prefixes
 from tapecheck.rules._common import report
 
 CODE = "TAP106"

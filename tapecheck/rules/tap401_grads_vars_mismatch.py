@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from tapecheck.lint.model import model_of
 from tapecheck.rules._common import report
-from tapecheck.lint.queries import call_span, callee_of, method_of, spans_of, variable_owner
+from tapecheck.lint.queries import SAME_LIST, call_span, callee_of, method_of, spans_of, variable_owner
 
 CODE = "TAP401"
 NAME = "grads-vars-mismatch"
@@ -56,8 +56,6 @@ SUMMARY = "`apply_gradients` pairs gradients with variables they were not comput
 PROBE = True
 TRIGGERS = (b"apply_gradients",)
 
-# Two spellings of one list.
-SAME_LIST = {"trainable_weights": "trainable_variables", "weights": "variables"}
 # Calls that hand back the gradient list they were given, transformed element-wise.
 PASS_THROUGH = frozenset({"tensorflow.clip_by_global_norm"})
 MAX_REWRITES = 8

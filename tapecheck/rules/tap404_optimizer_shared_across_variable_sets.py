@@ -67,11 +67,10 @@ from __future__ import annotations
 
 import re
 
-import dataclasses
 
 from tapecheck.lint.distribute import distributes
 from tapecheck.lint.model import Function, Klass, model_of
-from tapecheck.lint.queries import method_of, variable_owner
+from tapecheck.lint.queries import SAME_LIST, method_of, variable_owner
 from tapecheck.rules._common import is_keras_class, report
 
 CODE = "TAP404"
@@ -85,7 +84,6 @@ def screen(source: bytes) -> bool:
     """`apply_gradients`, or an `.apply(` call in a file that mentions an optimizer."""
     return b"apply_gradients" in source or (b"ptimizer" in source and APPLY.search(source) is not None)
 
-SAME_LIST = {"trainable_weights": "trainable_variables", "weights": "variables"}
 SETUP_METHODS = frozenset({"__init__", "build", "compile"})
 MAX_DEPTH = 4
 HINT = ("Make one optimizer per set of variables (e.g. `generator_optimizer` and `discriminator_optimizer`), "
@@ -467,13 +465,13 @@ def check(facts):
                     if stranger is None or second.site in reported:
                         continue
                     reported.add(second.site)
-                    finding = dataclasses.replace(report(
+                    finding = report(
                         facts, second.site, CODE,
                         f"`{second.receiver}` was first given `{_text(first_set)}` (line {first.site.line}), "
                         f"here `{_text(second_set)}`: a Keras 3 optimizer is built for the variables of its first "
                         f"update, so `{stranger.text}`'s variables raise ValueError (Unknown variable ... "
                         "originally built with)",
-                        HINT,
-                    ), details={"keras2": None})  # Keras 2: not measured here, silent
+                        HINT, details={"keras2": None},  # Keras 2: not measured here, silent
+                    )
                     yield finding
                     break

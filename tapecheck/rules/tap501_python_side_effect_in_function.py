@@ -363,12 +363,11 @@ def check(facts):
     islands = [call_span(c) for c in facts.calls if callee_of(facts, c) in EAGER_ISLANDS]
     traced = {function_id: (f"in `@tf.function` `{name}`", None) for function_id, name in functions.items()}
     pending = list(traced)
-    names_of: dict[int, set[str]] = {}
     model = model_of(facts)
     while pending:  # the functions a traced function calls are traced too, while it traces
         function_id = pending.pop(0)
         params = traced[function_id][1]
-        names = names_of[function_id] = _tensor_names(facts, spans, function_id, params)
+        names = _tensor_names(facts, spans, function_id, params)
         for call in facts.calls:
             if facts.scope_of(call.site) != function_id or any(within(call.site.order, s) for s in islands):
                 continue
