@@ -206,6 +206,61 @@ def test_the_walk_follows_libcst_order_and_prunes_only_trivia():
     assert pruned.seen == names and NamesOnly._prune and not Names._prune
 
 
+# -- the cyclic collector ----------------------------------------------------------------
+
+def _alive(kinds) -> int:
+    import gc
+
+    return sum(isinstance(obj, kinds) for obj in gc.get_objects())
+
+
+@pytest.mark.parametrize("name", ["bad/gradient_path_cut.py", "model/bad/gan_trainer_kept_var_lists.py"])
+def test_a_linted_file_leaves_its_tree_to_reference_counting(name):
+    """The lint runs with the collector paused (engine.no_cyclic_collection), so the file's
+    libcst tree and positions must be freed by reference counting alone: a cycle there
+    (positions' marks once held their own token list) keeps millions of objects alive
+    until a collection walks them all. The facts and the program model hold cycles of
+    their own (a Function refers to its model), small beside the tree: a later collection
+    frees them."""
+    import gc
+
+    from tapecheck.lint.facts import FileFacts
+    from tapecheck.lint.fastcst import Positions
+    from tapecheck.lint.model import ProgramModel
+
+    source = (ROOT / "fixtures" / name).read_bytes()
+    tree_kinds, model_kinds = (cst.CSTNode, Positions), (FileFacts, ProgramModel)
+    lint_python(source, name)  # imports and module-level caches settle first
+    gc.collect()
+    gc.disable()
+    try:
+        trees, models = _alive(tree_kinds), _alive(model_kinds)
+        assert lint_python(source, name), "the fixture must give findings: the rules and the model ran"
+        assert _alive(tree_kinds) == trees
+        assert _alive(model_kinds) > models  # the cycles are there, uncollected
+        gc.collect()
+        assert _alive(model_kinds) == models
+    finally:
+        gc.enable()
+
+
+def test_the_collector_resumes_and_a_caller_s_setting_is_kept():
+    import gc
+
+    from tapecheck.lint.engine import no_cyclic_collection
+
+    with no_cyclic_collection():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with no_cyclic_collection():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 # -- lazy imports --------------------------------------------------------------------
 
 def _modules_after(args: list[str], cwd: Path) -> set[str]:

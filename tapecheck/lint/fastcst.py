@@ -321,6 +321,10 @@ class Positions:
         with _FastCodegen():
             module._codegen(state)
         items = state.tokens
+        for mark in state.syntactic.values():
+            # Each mark held `items.append`, and `items` holds the mark: a cycle that kept every
+            # token and node of the tree alive until a garbage collection walked them all.
+            mark.append = None
         # Tokens are strings, marks are nodes (and `_Syntactic`s), which have no length:
         # `length_hint` gives 0 for them. All below runs in C, no Python frame per item.
         lengths = list(map(length_hint, items))

@@ -103,7 +103,7 @@ def syntax_problem(source: bytes) -> str | None:
     import ast
     import warnings
 
-    from tapecheck.lint.engine import _check_encoding
+    from tapecheck.lint.engine import _check_encoding, no_cyclic_collection
 
     if b"\0" in source:
         return "binary file (contains NUL bytes), not Python source"
@@ -112,7 +112,7 @@ def syntax_problem(source: bytes) -> str | None:
     except LintError as exc:
         return str(exc)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), no_cyclic_collection():  # an acyclic tree, freed as a whole
             warnings.simplefilter("ignore")  # SyntaxWarnings (invalid escapes) are not ours to print
             compile(source, "<lint>", "exec", ast.PyCF_ONLY_AST)
     except SyntaxError as exc:
@@ -146,18 +146,6 @@ def lint_stdin(stream, name: str, rules: Sequence[Rule]) -> tuple[bytes, Report]
     if not _needs_parse(name, data, rules):
         return data, screened_out(name, data)
     return data, _lint_one(name, data, rules)
-
-
-@contextmanager
-def _fewer_collections():
-    """Run the cyclic GC far less often: libcst allocates millions of acyclic objects
-    that refcounting frees; scanning them repeatedly cost ~15% of the parse here."""
-    old = gc.get_threshold()
-    gc.set_threshold(max(old[0], 100_000), *old[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
 
 
 def _learn(path: str, source: bytes, rules: Sequence[Rule], with_digest: bool) -> dict:
@@ -267,11 +255,10 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
         pending_bytes += len(source)
 
     workers = _choose_jobs(jobs, len(pending), pending_bytes, rules)
-    with _fewer_collections():
-        if workers <= 1:
-            done = [_lint_one(path, source, rules) for _, path, source, _ in pending]
-        else:
-            done = _in_processes(pending, rules, workers)
+    if workers <= 1:  # each file is linted with the cyclic collector paused (engine.no_cyclic_collection)
+        done = [_lint_one(path, source, rules) for _, path, source, _ in pending]
+    else:
+        done = _in_processes(pending, rules, workers)
     for (position, path, _, key), report in zip(pending, done):
         results[position] = report
         if cache and key is not None:
@@ -299,7 +286,6 @@ def _choose_jobs(jobs: int | None, files: int, size: int, rules: Sequence[Rule])
 
 def _init_worker() -> None:
     gc.freeze()  # what the imports made: never scanned again
-    gc.set_threshold(100_000, *gc.get_threshold()[1:])
 
 
 def _work(path: str, source: bytes, codes: tuple[str, ...]) -> Report:
