@@ -26,6 +26,8 @@ Nothing here imports libcst: rules query this model and stay plain Python.
 
 from __future__ import annotations
 
+import functools
+
 import os
 import re
 from bisect import bisect_left, bisect_right
@@ -74,6 +76,7 @@ MAX_ALIAS_DEPTH = 8
 MAX_CALL_DEPTH = 40  # summaries computed inside one another; deeper calls are unknown
 
 
+@functools.lru_cache(maxsize=8192)  # asked of the same few hundred names for every call of a file
 def keras_member(dotted: str, package: str) -> str:
     """`Mean` for `keras.metrics.Mean` (any Keras flavour) when in `package`, else ""."""
     if "keras" not in dotted:

@@ -160,7 +160,7 @@ def check(facts):
     model = model_of(facts)
     for call in facts.calls:
         callee = facts.resolve(call.func.text) if call.func.text else ""
-        if call.func.text and "." in call.func.text and callee not in LEARNING_PHASE:
+        if call.func.text.endswith(".set_learning_phase") and callee not in LEARNING_PHASE:  # `K.set_...`, K an alias
             aliased = model.alias_of(call.func.text, call.site)
             if aliased in LEARNING_PHASE:
                 callee = aliased
