@@ -214,14 +214,15 @@ def _alive(kinds) -> int:
     return sum(isinstance(obj, kinds) for obj in gc.get_objects())
 
 
-@pytest.mark.parametrize("name", ["bad/gradient_path_cut.py", "model/bad/gan_trainer_kept_var_lists.py"])
-def test_a_linted_file_leaves_its_tree_to_reference_counting(name):
-    """The lint runs with the collector paused (engine.no_cyclic_collection), so the file's
-    libcst tree and positions must be freed by reference counting alone: a cycle there
-    (positions' marks once held their own token list) keeps millions of objects alive
-    until a collection walks them all. The facts and the program model hold cycles of
-    their own (a Function refers to its model), small beside the tree: a later collection
-    frees them."""
+@pytest.mark.parametrize(
+    "name", ["bad/gradient_path_cut.py", "model/bad/gan_trainer_kept_var_lists.py", "model/bad/trainer_lambda_loss.py"]
+)
+def test_a_linted_file_leaves_nothing_for_the_collector(name):
+    """The lint runs with the collector paused (engine.no_cyclic_collection), so everything it
+    builds must be freed by reference counting alone: a cycle keeps millions of objects alive
+    until a collection walks them all. Two were there: positions' marks held their own token
+    list (the whole tree), and the program model's functions and classes refer back to it
+    (`ProgramModel.close` drops them)."""
     import gc
 
     from tapecheck.lint.facts import FileFacts
@@ -229,17 +230,14 @@ def test_a_linted_file_leaves_its_tree_to_reference_counting(name):
     from tapecheck.lint.model import ProgramModel
 
     source = (ROOT / "fixtures" / name).read_bytes()
-    tree_kinds, model_kinds = (cst.CSTNode, Positions), (FileFacts, ProgramModel)
     lint_python(source, name)  # imports and module-level caches settle first
     gc.collect()
     gc.disable()
     try:
-        trees, models = _alive(tree_kinds), _alive(model_kinds)
+        before = _alive((cst.CSTNode, Positions, FileFacts, ProgramModel))
         assert lint_python(source, name), "the fixture must give findings: the rules and the model ran"
-        assert _alive(tree_kinds) == trees
-        assert _alive(model_kinds) > models  # the cycles are there, uncollected
-        gc.collect()
-        assert _alive(model_kinds) == models
+        assert _alive((cst.CSTNode, Positions, FileFacts, ProgramModel)) == before
+        assert gc.collect() == 0  # no cycle of any kind was left
     finally:
         gc.enable()
 

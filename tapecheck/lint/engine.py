@@ -115,6 +115,15 @@ def _libcst_parse(source: bytes | str):
 MAX_NESTING = 1000
 NESTING_SCREEN = 400  # below this many nesting tokens in the whole file, no check is needed
 _NESTING_TOKENS = re.compile(rb"[-+~*/%@&|^<>.(\[{]|\b(?:not|and|or|if|else|lambda|await|yield)\b")
+# The same count line by line, in C: each keyword becomes one `~`, then every byte that is
+# neither a one-byte token nor a line break is deleted (a test compares it with findall).
+_NESTING_KEYWORDS = re.compile(rb"\b(?:not|and|or|if|else|lambda|await|yield)\b")
+_NOT_NESTING_BYTES = bytes(sorted(set(range(256)) - set(b"-+~*/%@&|^<>.([{\n")))
+
+
+def nesting_tokens_per_line(source: bytes):
+    """How many `_NESTING_TOKENS` each line of `source` (split on \\n) holds."""
+    return map(len, _NESTING_KEYWORDS.sub(b"~", source).translate(None, _NOT_NESTING_BYTES).split(b"\n"))
 
 
 # Below a node, `ast` nests at most 3 levels per nesting token on its lines (`a[x:b[...], 0]`
@@ -129,8 +138,7 @@ STATEMENT_LEVELS = 2 * 100 + 3
 def _check_nesting(source: bytes):
     """Raise LintError for code nested too deeply for libcst to parse safely; else Python's
     `ast` tree of the file when the check needed it (None when the file is plainly shallow)."""
-    lines = source.split(b"\n")
-    tokens_before = list(accumulate((len(_NESTING_TOKENS.findall(line)) for line in lines), initial=0))
+    tokens_before = list(accumulate(nesting_tokens_per_line(source), initial=0))
     if tokens_before[-1] <= NESTING_SCREEN:
         return None  # no expression nests deeper than the operators, brackets and keywords it holds
     import ast
@@ -148,7 +156,7 @@ def _check_nesting(source: bytes):
         raise LintError("expression nested too deeply to parse") from None
     except ValueError:
         return None
-    # Python also ends lines at a lone CR: then ast's line numbers are not indexes into `lines`.
+    # Python also ends lines at a lone CR: then ast's line numbers do not count the lines split on \\n.
     bounded = b"\r" not in source
     stack = [(tree, 0)]
     while stack:
@@ -219,9 +227,9 @@ def no_cyclic_collection():
     when the file is done; while it is alive every collection the parse's allocations set
     off walks it again, and the full ones walk all of it. Measured on the installed
     tensorflow+keras in one process: 37.4 s of CPU with the collector, 29.4 s without
-    (`benchmarks/lint_speed.py` shows the run). The tree and its positions hold no cycle
-    (a test checks it); the few a lint makes (the program model and its facts, small beside
-    the tree) go in a later collection. A caller that turned the collector off finds it off."""
+    (`benchmarks/lint_speed.py` shows the run). Nothing a lint builds holds a cycle (the
+    program model is closed after the rules ran; a test checks it), so reference counting
+    frees it all with the file. A caller that turned the collector off finds it off."""
     if not gc.isenabled():
         yield
         return
@@ -235,17 +243,22 @@ def no_cyclic_collection():
 def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule]) -> list[Finding]:
     facts = _facts(source, path)
     findings: set[Finding] = set()
-    for rule in rules:
-        if rule.check is None:
-            continue
-        try:
-            findings.update(rule.check(facts))
-        except RecursionError:
-            raise LintError(f"code nested too deeply for {rule.code} to analyse") from None
-        except Exception as exc:  # a bug in one rule must not stop the run over every other file
-            raise LintError(
-                f"internal error in {rule.code} ({type(exc).__name__}: {exc}); please report it with this file"
-            ) from exc
+    try:
+        for rule in rules:
+            if rule.check is None:
+                continue
+            try:
+                findings.update(rule.check(facts))
+            except RecursionError:
+                raise LintError(f"code nested too deeply for {rule.code} to analyse") from None
+            except Exception as exc:  # a bug in one rule must not stop the run over every other file
+                raise LintError(
+                    f"internal error in {rule.code} ({type(exc).__name__}: {exc}); please report it with this file"
+                ) from exc
+    finally:
+        if facts.model is not None:  # without its cycles, the model and the facts go with the file
+            facts.model.close()
+            facts.model = None
     found = one_cause_one_finding(sorted(findings), {rule.code for rule in rules})
     fixable = {rule.code for rule in rules if rule.fixable}
     if any(finding.code in fixable for finding in found):

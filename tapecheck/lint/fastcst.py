@@ -334,7 +334,9 @@ class Positions:
             # would count twice there. Rare (old Windows files): use libcst itself.
             self._use_libcst()
             return
-        self._line_starts = [m.end() for m in NEWLINE_RE.finditer(text)]
+        lines = text.split("\n")  # the only line break here (no CR: see above)
+        lines.pop()
+        self._line_starts = list(accumulate(map((1).__add__, map(len, lines))))  # after each line break
         # Keep only the marks (`not length` is true for them), with the offset before each.
         is_mark = list(map(not_, lengths))
         offsets = list(compress(accumulate(lengths, initial=0), is_mark))

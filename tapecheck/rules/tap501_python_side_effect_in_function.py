@@ -90,15 +90,16 @@ def screen(source: bytes) -> bool:
         return False
     if b"data." in source and re.search(rb"\.[\s\\]*map[\s\\]*\(", source):
         return True  # a function mapped over a tf.data dataset is traced
+    names = set()
     for statement in TF_IMPORT.finditer(source):
         text = statement.group(0)
         if text.startswith(b"from") and b"function" in statement.group(1):
             return True
-        names = re.findall(rb"\bas[ \t]+(\w+)", text) or [b"tensorflow"]
-        for name in names:
-            if re.search(re.escape(name) + rb"(?:\.compat(?:\.v[12])?)?\.function\b", source):
-                return True
-    return False
+        names.update(re.findall(rb"\bas[ \t]+(\w+)", text) or [b"tensorflow"])
+    if not names:
+        return False
+    spelled = b"|".join(re.escape(name) for name in sorted(names))  # one search of the file for them all
+    return re.search(rb"(?:" + spelled + rb")(?:\.compat(?:\.v[12])?)?\.function\b", source) is not None
 
 
 TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
