@@ -592,6 +592,15 @@ class ProgramModel:
                     return assign
         return None
 
+    def resolved(self, dotted: str, site: Site) -> str:
+        """`dotted` resolved through the file's imports and, when its head is a name the file
+        binds by assignment (`metrics = tf.keras.metrics`, `K = tf.keras.backend`), through that
+        alias (`alias_of`). The cheap answer first: most heads are imports or bound nowhere."""
+        head = dotted.partition(".")[0]
+        if head == dotted or head in self.facts.imports or not self.assigns_named(head):
+            return self.facts.resolve(dotted)
+        return self.alias_of(dotted, site)
+
     def alias_of(self, dotted: str, site: Site) -> str:
         """`tensorflow.keras.backend.set_learning_phase` for `K.set_learning_phase` after
         `K = tf.keras.backend`: a dotted name with its head replaced by what every binding of the head

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from tapecheck.findings import Finding
-from tapecheck.lint.model import KERAS_ROOTS, is_keras_class, keras_member  # noqa: F401 (shared with the rules)
+from tapecheck.lint.model import KERAS_ROOTS, is_keras_class, keras_member, model_of  # noqa: F401 (shared with the rules)
 
 def report(facts, site, code: str, message: str, hint: str = "", details: dict | None = None) -> Finding:
     """A finding at `site`; `details`: what tools read without parsing the message (JSON, the probe)."""
@@ -28,10 +28,14 @@ def metric_bindings(facts) -> dict[str, list]:
         if block.kind == "class" and any(is_keras_class(base, "metrics") for base in block.bases)
     }
     found: dict[str, list] = {}
+    model = model_of(facts)
     for assign in facts.assigns:
         value = assign.value
         if assign.kind == "assign" and value is not None and value.kind == "call":
-            if is_keras_class(value.callee, "metrics") or value.callee in local_classes:
+            callee = value.callee
+            if value.func_text and not is_keras_class(callee, "metrics"):
+                callee = model.resolved(value.func_text, assign.site)  # `metrics.Mean()`, `metrics = tf.keras.metrics`
+            if is_keras_class(callee, "metrics") or value.callee in local_classes:
                 found.setdefault(assign.target, []).append(assign)
     return found
 

@@ -98,6 +98,18 @@ lstm.reset_states()
 import tensorflow as tf
 opt = tf.keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
 """,
+    # a name that only looks like the Keras module: a list of the project's own metrics
+    """
+import tensorflow as tf
+from project import losses
+metrics = losses.tracked
+class Tracker:
+    def __init__(self):
+        self.loss = metrics.Mean(name="loss")
+    def reset(self):
+        self.loss.reset_states()
+opt = losses.optimizers.Adam(lr=1e-3)
+""",
 ]
 
 INVALID = [
@@ -120,6 +132,18 @@ class Trainer:
     """
 from tensorflow.keras.optimizers import legacy
 opt = legacy.Adam(1e-3)  # expect: TAP302
+""",
+    # Keras modules bound to names by assignment, used in a trainer class
+    """
+import tensorflow as tf
+metrics = tf.keras.metrics
+optimizers = tf.keras.optimizers
+class Tracker:
+    def __init__(self):
+        self.loss = metrics.Mean(name="loss")
+        self.opt = optimizers.Adam(lr=1e-3)  # expect: TAP302
+    def reset(self):
+        self.loss.reset_states()  # expect: TAP302
 """,
 ]
 
@@ -153,17 +177,15 @@ def _is_legacy(callee: str) -> bool:
 
 def check(facts):
     metrics = metric_bindings(facts)
+    model = model_of(facts)
     optimizers = {}  # name -> whether a legacy optimizer is bound to it (any binding)
     for a in facts.assigns:
-        if a.value is not None and is_keras_class(a.value.callee, "optimizers"):
-            optimizers[a.target] = optimizers.get(a.target, False) or _is_legacy(a.value.callee)
-    model = model_of(facts)
+        if a.value is not None and a.value.kind == "call" and a.value.func_text:
+            callee = model.resolved(a.value.func_text, a.site)  # `optimizers.Adam()` after `optimizers = tf.keras.optimizers`
+            if is_keras_class(callee, "optimizers"):
+                optimizers[a.target] = optimizers.get(a.target, False) or _is_legacy(callee)
     for call in facts.calls:
-        callee = facts.resolve(call.func.text) if call.func.text else ""
-        if call.func.text.endswith(".set_learning_phase") and callee not in LEARNING_PHASE:  # `K.set_...`, K an alias
-            aliased = model.alias_of(call.func.text, call.site)
-            if aliased in LEARNING_PHASE:
-                callee = aliased
+        callee = model.resolved(call.func.text, call.site) if call.func.text else ""  # through `K = tf.keras.backend`
         if callee in LEARNING_PHASE:
             yield _with(report(
                 facts, call.site, CODE,
