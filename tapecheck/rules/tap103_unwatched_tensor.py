@@ -6,7 +6,8 @@ Flags `tape.gradient(target, x)` where `x` is a plain tensor (made by
 a tensor slice such as `inputs[:, 0]`) that the tape never `watch`ed. It also
 flags variables asked from a tape made with `watch_accessed_variables=False`
 that never watches them, variables made with `trainable=False` (followed through
-aliases and `self.` attributes), and a variable that the training loop rebinds to
+aliases and `self.` attributes), a layer's `non_trainable_variables` (its
+BatchNormalization statistics: `[None, None]` in TF 2.21) with no `watch`, and a variable that the training loop rebinds to
 a tensor with a manual update (`w = w - lr * g`): from the second pass on it is a
 plain tensor. And a Keras model or layer given itself as the sources
 (`tape.gradient(loss, self.model)`), instead of its `trainable_variables`.
@@ -60,6 +61,15 @@ TENSOR_MODULES = frozenset(
 )
 
 VALID = [
+    # the statistics watched first: their gradients exist
+    """
+import tensorflow as tf
+def sensitivity(bn, x):
+    with tf.GradientTape() as tape:
+        tape.watch([v.value for v in bn.non_trainable_variables])  # Keras 3 variables: watch their values
+        loss = tf.reduce_sum(bn(x, training=False))
+    return tape.gradient(loss, bn.non_trainable_variables)
+""",
     # the trainer is also made with something we cannot name: the source may be anything
     """
 import tensorflow as tf
@@ -138,6 +148,22 @@ def f(helper):
 ]
 
 INVALID = [
+    # a trainer asking for the BatchNormalization statistics (not watched: [None, None])
+    """
+import tensorflow as tf
+class StatsProbe:
+    def __init__(self, bn):
+        self.bn = bn
+    def sensitivity(self, x):
+        stats = self.bn.non_trainable_variables
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(self.bn(x, training=False))
+        return tape.gradient(loss, stats)  # expect: TAP103
+def frozen_grads(model, x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x))
+    return tape.gradient(loss, model.non_trainable_weights)  # expect: TAP103
+""",
     # the model built by a function and handed to the trainer that passes it as the sources
     """
 import tensorflow as tf
@@ -338,6 +364,23 @@ def _as_value(facts, call):
     return Expr("call", "", callee=callee_of(facts, call) if named else "", func_text=call.func.text if named else "")
 
 
+NON_TRAINABLE_LISTS = ("non_trainable_variables", "non_trainable_weights")
+
+
+def _non_trainable_list(model, source, site) -> str:
+    """`bn.non_trainable_variables` when the source is that list (or a name bound only to it)."""
+    if source.kind == "attribute" and source.text.rpartition(".")[2] in NON_TRAINABLE_LISTS:
+        return source.text
+    if source.kind == "name":
+        reaching = model.assigns_reaching(source.text, site)
+        texts = {a.value.text for a in reaching if a.value is not None and a.value.kind == "attribute"}
+        if reaching and len(texts) == 1 and len(reaching) == sum(1 for a in reaching if a.kind == "assign"):
+            text = texts.pop()
+            if text.rpartition(".")[2] in NON_TRAINABLE_LISTS:
+                return text
+    return ""
+
+
 def _not_trainable(value) -> bool:
     flag = value.keywords.get("trainable") if value is not None else None
     return flag is not None and flag.value is False and flag.kind in ("constant", "name")
@@ -383,6 +426,17 @@ def check(facts):
                     f"`{tape.name}` was made with watch_accessed_variables=False and watches nothing: "
                     f"every gradient for `{source.text}` is None",
                     f"Call `{tape.name}.watch(...)` on the variables inside the `with` block.",
+                )
+                continue
+            held = _non_trainable_list(model, source, call.site) if not watches else ""
+            if held:
+                yield report(
+                    facts, call.site, CODE,
+                    f"`{source.text}` {'holds' if held == source.text else f'is `{held}`, which holds'} variables "
+                    f"that are not trainable (BatchNormalization statistics, frozen weights): `{tape.name}` does not "
+                    "watch them, so every gradient for them is None",
+                    "Ask for the `trainable_variables`; to differentiate by these, watch their values inside the "
+                    f"`with` block: `{tape.name}.watch([v.value for v in {source.text}])` (Keras 3 variables).",
                 )
                 continue
             if source.kind != "name" or source.text in watched:
