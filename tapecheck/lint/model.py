@@ -53,7 +53,10 @@ CASTS = frozenset({"tensorflow.cast", "tensorflow.dtypes.cast", "keras.ops.cast"
 PYTHON_CASTS = frozenset({"float", "int", "round"})
 INTEGER_DTYPE = re.compile(r"(u?int(8|16|32|64)|bool)")
 # Calls through which nothing flows, by design or because the result is metadata.
-STOP_CALLS = frozenset({"tensorflow.stop_gradient", "keras.ops.stop_gradient", "print", "tensorflow.print"}) | METADATA_CALLS
+STOP_GRADIENT_CALLS = frozenset({"tensorflow.stop_gradient", "keras.ops.stop_gradient"})
+# Reads inside these make no value the loss depends on: printing, shapes. A `stop_gradient` does
+# make one, cut on purpose (a `deliberate` Cut): fine beside a live path, not as the only one.
+STOP_CALLS = frozenset({"print", "tensorflow.print"}) | METADATA_CALLS
 # Calls that take indices or draw samples: a cut value used there is a choice, not a value.
 INDEX_CALLS = frozenset(
     {
@@ -131,6 +134,7 @@ class Cut:
     file: str = ""  # the file holding the cut
     entry: Site | None = None  # the outermost call, in the scope traced
     zero: bool = False  # the op's gradient is zero (`tf.sign`), not None
+    deliberate: bool = False  # `tf.stop_gradient`: a cut on purpose, a mistake only as the one path left
     layer: str = ""  # a cut in the function of a `Lambda` layer: "`Lambda` layer (line 3) of `model`"
 
     def through(self, callee: str, call: Site, file: str) -> "Cut":
@@ -881,7 +885,7 @@ class ProgramModel:
                     fn = target if isinstance(target, Function) else None
                 summary = self.summary(fn) if fn is not None and fn.params else None
                 cut = summary.returns.only_cut(fn.params[0]) if summary is not None else None
-                if cut is not None and not cut.zero:
+                if cut is not None and not cut.zero and not cut.deliberate:  # Lambda(tf.stop_gradient): a freeze
                     if fn.model is not self and not cut.file:
                         cut = replace(cut, file=fn.model.facts.path)
                     found = replace(cut, layer=f"the `Lambda` layer (line {inner.site.line}) of `{assign.target}`")
@@ -1257,6 +1261,8 @@ class Tracer:
                     continue  # inside an index: no cut is a cut here
                 elif isinstance(call, Compare):
                     value.cut_all(Cut(call.site, f"the comparison `{call.operator}`"))
+                elif callee_of(facts, call) in STOP_GRADIENT_CALLS:
+                    value.cut_all(Cut(call.site, describe(call), deliberate=True))
                 elif cuts(facts, call):
                     value.cut_all(Cut(call.site, describe(call), zero=callee_of(facts, call) in ZERO_GRADIENT_OPS))
                 else:
@@ -1286,7 +1292,8 @@ class Tracer:
                     continue
                 live = any(origin in f.live for f in flows)
                 cut = next((f.cuts[origin] for f in flows if origin not in f.live and origin in f.cuts), None)
-                if live and cut is not None and not cut.zero and not cut.what.startswith("a Python `if`"):
+                if live and cut is not None and not cut.zero and not cut.deliberate \
+                        and not cut.what.startswith("a Python `if`"):
                     flow.partial[origin] = cut
             for f in flows:
                 for origin, cut in f.partial.items():

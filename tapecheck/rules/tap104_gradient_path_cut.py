@@ -99,9 +99,38 @@ LAYER_HINT = (
     "Give the Lambda layer a function with a gradient; to round or binarise on the forward pass "
     "only, pass the gradient straight through: `x + tf.stop_gradient(tf.round(x) - x)`."
 )
+STOP_HINT = (
+    "Keep a path from the model to the loss outside `tf.stop_gradient`: stop the target "
+    "(`tf.stop_gradient(target)`), not the prediction, or do not ask this loss for gradients."
+)
 SOURCES = "sources"
 
+
+def _hint(cut) -> str:
+    return STOP_HINT if cut.deliberate else HINT
+
 VALID = [
+    # stop_gradient beside a live path: a SimSiam/BYOL target, and a Lambda layer that freezes
+    # the backbone on purpose (the head still trains)
+    """
+import tensorflow as tf
+def similarity(p, z):
+    return -tf.reduce_mean(tf.reduce_sum(tf.math.l2_normalize(p, -1) * tf.math.l2_normalize(tf.stop_gradient(z), -1), -1))
+class SimSiam:
+    def __init__(self, encoder, predictor, opt):
+        self.encoder, self.predictor, self.opt = encoder, predictor, opt
+    def step(self, a, b):
+        with tf.GradientTape() as tape:
+            za, zb = self.encoder(a, training=True), self.encoder(b, training=True)
+            loss = similarity(self.predictor(za), zb) / 2 + similarity(self.predictor(zb), za) / 2
+        variables = self.encoder.trainable_variables + self.predictor.trainable_variables
+        grads = tape.gradient(loss, variables)
+        self.opt.apply_gradients(zip(grads, variables))
+def frozen(backbone):
+    model = tf.keras.Sequential([backbone, tf.keras.layers.Lambda(tf.stop_gradient), tf.keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+""",
     # a Lambda layer rounding with a straight-through gradient
     """
 import tensorflow as tf
@@ -261,6 +290,23 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # stop_gradient on the prediction itself, in a trainer's helper: every gradient is None
+    # ("No gradients provided for any variable" from apply_gradients)
+    """
+import tensorflow as tf
+def smooth_targets(pred, y, eps=0.1):
+    return tf.stop_gradient(pred) * eps + y * (1 - eps)  # expect: TAP104
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.opt = tf.keras.optimizers.SGD(0.1)
+    def step(self, x, y):
+        with tf.GradientTape() as tape:
+            pred = self.model(x, training=True)
+            loss = tf.reduce_mean(smooth_targets(pred, y) ** 2)
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.opt.apply_gradients(zip(grads, self.model.trainable_variables))
+""",
     # a trainer's own method (not a Keras class) picks labels from the model it keeps
     """
 import tensorflow as tf
@@ -476,6 +522,8 @@ def _in(cut, fn_name: str, path: str) -> str:
 
 
 def _has(cut) -> str:
+    if cut.deliberate:
+        return "stops the gradient"
     return "has a zero gradient" if cut.zero else "has no gradient"
 
 
@@ -526,7 +574,7 @@ def check(facts):
                 f"{_in(cut, '', facts.path)} {_has(cut)}, and `{target.text}` depends on the sources only "
                 f"through it; the tape reaches it through {cut.path(facts.path)}: " + consequence
             )
-        yield report(facts, _where(facts, cut, call.site), CODE, message, HINT,
+        yield report(facts, _where(facts, cut, call.site), CODE, message, _hint(cut),
                      _details(cut, facts.path, gradient_line=call.site.line))
     yield from _compiled(model, reported)
 
@@ -587,7 +635,7 @@ def _compiled(model, reported):
             f"through it{through}: `fit` runs it as the loss given to `compile` (line {compile_call.site.line}), "
             + ("every gradient is zero and the weights never move, silently" if cut.zero else
                "every gradient is None and training fails with \"No gradients provided for any variable\""),
-            HINT, _details(cut, facts.path, compile_line=compile_call.site.line, loss=fn.qualname),
+            _hint(cut), _details(cut, facts.path, compile_line=compile_call.site.line, loss=fn.qualname),
         )
     for call in model.spans.calls:
         if method_of(call) != "fit" or not call.receiver:
@@ -603,5 +651,5 @@ def _compiled(model, reported):
             facts, site, CODE,
             f"{_in(cut, fn.qualname, facts.path)} {_has(cut)}, and `{fn.owner.name}.call` depends on the layer's variables "
             f"only through it: `fit` (line {call.site.line}) gets None for every gradient of `{call.receiver}`",
-            HINT, _details(cut, facts.path, fit_line=call.site.line),
+            _hint(cut), _details(cut, facts.path, fit_line=call.site.line),
         )
