@@ -104,3 +104,10 @@ def test_a_head_whose_loss_term_goes_through_numpy_never_trains():
 def test_layers_before_a_rounding_lambda_layer_never_train():
     assert run("bad", "lambda_layer_quantizer.py", 5) == 0.0  # None for them: skipped with a warning
     assert run("good", "lambda_layer_quantizer.py", 5) > 1e-3
+
+
+def test_a_binarised_kernel_never_moves_while_the_head_trains():
+    kernel, head = run("bad", "binarized_kernel_layer.py", 5)
+    assert kernel == 0.0 and head > 0.01  # zero gradients for the kernel, applied: nothing moves
+    kernel, head = run("good", "binarized_kernel_layer.py", 5)
+    assert kernel > 0.01 and head > 0.01

@@ -1234,7 +1234,7 @@ class Tracer:
                 if fn is not None and fn.self_name:
                     reads.append((fn.self_name, call.site.order, call))
             elif call.func.kind == "attribute" and call.receiver and "." not in call.receiver \
-                    and self.flow_of(call.func.text).empty():
+                    and (self.flow_of(call.func.text).empty() or self._own_method(call)):
                 # `self.generate(z)`: the method reads attributes of the object (`self.generator`)
                 reads.append((call.receiver, call.site.order, call))
         for name, order, through in reads:
@@ -1299,6 +1299,14 @@ class Tracer:
                 for origin, cut in f.partial.items():
                     if origin in flow.live:
                         flow.partial.setdefault(origin, cut)
+
+    def _own_method(self, call: Call) -> bool:
+        """`self.binarized()` in a method's summary: a method of the object this one is called on
+        (its reads of `self.kernel` are followed, not only the method's name)."""
+        if not self.hides:
+            return False  # the scope traced: `flow_of` already tells (an unknown name is empty)
+        fn = self.model.resolve(call)
+        return fn is not None and fn.bound and bool(fn.self_name)
 
     def _through_attributes(self, call: Call, receiver: str) -> Flow:
         """What `receiver.method(...)` returns through the attributes of `receiver` it reads: its

@@ -47,6 +47,14 @@ POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_
 COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
 
 
+CALL_METHOD = re.compile(rb"def[ \t\\]+(?:call|__call__)[ \t\\]*\(")
+
+
+def defines_call(source: bytes) -> bool:
+    """A screen for rules that read a layer's `call` (or `__call__`): TAP104, TAP106."""
+    return CALL_METHOD.search(source) is not None
+
+
 def compiles_a_loss(source: bytes) -> bool:
     """A screen for rules that read losses given to `compile` (TAP104, TAP402)."""
     if b"compile" not in source or COMPILE_CALL.search(source) is None:

@@ -27,9 +27,18 @@ constant by design and is not flagged. And a `keras.layers.Lambda` inside a
 (`Lambda(lambda t: tf.round(t))`): the layers before it get None and never train;
 a straight-through `t + tf.stop_gradient(tf.round(t) - t)` is clean.
 
+A Keras layer's own weight (`add_weight`, `tf.Variable`) that reaches the output
+of its `call` only through such a cut (`tf.matmul(x, tf.sign(self.kernel))`, in
+`call` or a method it calls) is flagged too: whatever trains the layer, that
+weight never moves. And `tf.stop_gradient` when it is the only path from the
+sources to the loss (the prediction stopped instead of the target): every
+gradient is None.
+
 It stays silent when another path still carries the gradient (labels made with
 `argmax`, an action sampled with `np.random.choice`, indices for `tf.gather`),
-on purpose cuts (`tf.stop_gradient`), static shapes (`np.prod(x.shape)`),
+on purpose cuts beside a live path (`tf.stop_gradient` on a target, a
+`Lambda(tf.stop_gradient)` freezing the layers before it, weights made with
+`trainable=False` or an integer dtype), static shapes (`np.prod(x.shape)`),
 `tf.experimental.numpy`, and values computed before the tape (DQN targets) or
 after it (`loss.numpy()` for a progress print).
 
@@ -73,9 +82,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tapecheck.lint.model import model_of
+from tapecheck.lint.model import VARIABLE_CLASSES, model_of
 from tapecheck.lint.queries import method_of, prefixes
-from tapecheck.rules._common import compiles_a_loss, report
+from tapecheck.rules._common import compiles_a_loss, defines_call, report
 
 CODE = "TAP104"
 NAME = "gradient-path-cut"
@@ -84,8 +93,11 @@ PROBE = True
 
 
 def screen(source: bytes) -> bool:
-    """A tape here, or a loss given to `compile` (Keras records it on its own tape)."""
-    return b"GradientTape" in source or compiles_a_loss(source)
+    """A tape here, a loss given to `compile` (Keras records it on its own tape), or a layer's
+    `call` beside a weight it makes (`add_weight`, `Variable`)."""
+    if b"GradientTape" in source or compiles_a_loss(source):
+        return True
+    return (b"add_weight" in source or b"Variable" in source) and defines_call(source)
 
 HINT = (
     "Keep the path from the model to the loss in TensorFlow ops that have gradients "
@@ -110,6 +122,18 @@ def _hint(cut) -> str:
     return STOP_HINT if cut.deliberate else HINT
 
 VALID = [
+    # a weight binarised with a straight-through gradient, a fixed one rounded, an integer counter
+    """
+import tensorflow as tf
+class BinaryDense(tf.keras.layers.Layer):
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], 4))
+        self.scale = self.add_weight(shape=(), trainable=False)
+        self.seen = self.add_weight(shape=(), dtype="int64", initializer="zeros")
+    def call(self, x):
+        w = self.w + tf.stop_gradient(tf.sign(self.w) - self.w)
+        return tf.matmul(x, w) * tf.round(self.scale) + tf.cast(self.seen, tf.float32)
+""",
     # stop_gradient beside a live path: a SimSiam/BYOL target, and a Lambda layer that freezes
     # the backbone on purpose (the head still trains)
     """
@@ -290,6 +314,18 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # a layer's own weight reaches its output only through tf.sign: zero gradient, never moves
+    """
+import tensorflow as tf
+class BinaryDense(tf.keras.layers.Layer):
+    def __init__(self, units):
+        super().__init__()
+        self.units = units
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], self.units))
+    def call(self, x):
+        return tf.matmul(x, tf.sign(self.w))  # expect: TAP104
+""",
     # stop_gradient on the prediction itself, in a trainer's helper: every gradient is None
     # ("No gradients provided for any variable" from apply_gradients)
     """
@@ -577,6 +613,7 @@ def check(facts):
         yield report(facts, _where(facts, cut, call.site), CODE, message, _hint(cut),
                      _details(cut, facts.path, gradient_line=call.site.line))
     yield from _compiled(model, reported)
+    yield from _untrainable_weights(model, reported)
 
 
 def _details(cut, path: str, **where) -> dict:
@@ -653,3 +690,69 @@ def _compiled(model, reported):
             f"only through it: `fit` (line {call.site.line}) gets None for every gradient of `{call.receiver}`",
             _hint(cut), _details(cut, facts.path, fit_line=call.site.line),
         )
+
+
+WEIGHT_METHODS = frozenset({"add_weight", "add_variable"})
+
+
+def _weights(model, klass) -> dict[str, object]:
+    """`self.<name>` weights a Keras layer makes in its own methods (`add_weight`, `tf.Variable`),
+    trainable as far as the call says: name -> the assignment."""
+    found: dict[str, object] = {}
+    for fn in model.methods(klass):
+        if not fn.self_name:
+            continue
+        for assign in model.assigns_in(fn.block.id):
+            head, _, name = assign.target.partition(".")
+            value = assign.value
+            if head != fn.self_name or not name or "." in name or value is None or value.kind != "call":
+                continue
+            if value.method not in WEIGHT_METHODS and value.callee not in VARIABLE_CLASSES:
+                continue
+            trainable = value.keywords.get("trainable")
+            if trainable is not None and trainable.value is not True:
+                continue  # trainable=False, or a flag: not a weight that should train
+            dtype = value.keywords.get("dtype")
+            if dtype is not None and not ("float" in (dtype.text or str(dtype.value or ""))):
+                continue  # an integer or bool weight (a counter, a mask) has no gradient to miss
+            found.setdefault(name, assign)
+    return found
+
+
+def _untrainable_weights(model, reported):
+    """A Keras layer's own weight that reaches the output of its `call` only through a cut
+    (`tf.matmul(x, tf.sign(self.kernel))`): whatever trains the layer, that weight never moves."""
+    facts = model.facts
+    for klass in model.classes.values():
+        if not model.is_keras(klass):
+            continue
+        call_fn = next((fn for fn in model.methods(klass) if fn.name == "call" and fn.self_name), None)
+        if call_fn is None or any(method_of(c) == "add_loss" for c in model.spans.calls
+                                  if facts.enclosing_class(c.site) is klass):
+            continue  # a penalty added with add_loss may train the weight another way
+        summary = model.summary(call_fn)
+        if summary is None:
+            continue
+        for name, assign in _weights(model, klass).items():
+            cut = summary.returns.only_cut(f"{call_fn.self_name}.{name}")
+            if cut is None or cut.deliberate or (cut.file and cut.file != facts.path):
+                continue
+            site = cut.site
+            if site in reported:
+                continue
+            reported.add(site)
+            through = f", which `call` reaches through {cut.path(facts.path)}" if cut.calls else ""
+            gradient = "a zero gradient" if cut.zero else "a None gradient"
+            yield report(
+                facts, site, CODE,
+                f"{_in(cut, call_fn.qualname, facts.path)} {_has(cut)}, and the layer's weight `self.{name}` "
+                f"(line {assign.site.line}) reaches the output of `{call_fn.qualname}` only through it{through}: "
+                f"whatever trains `{klass.name}`, `self.{name}` gets {gradient} and never moves",
+                WEIGHT_HINT, _details(cut, facts.path, weight=name, layer=klass.name),
+            )
+
+
+WEIGHT_HINT = (
+    "To binarise or round a weight on the forward pass only, pass its gradient straight through: "
+    "`w + tf.stop_gradient(tf.sign(w) - w)`; a weight meant to stay fixed is made with trainable=False."
+)

@@ -63,7 +63,7 @@ import re
 
 from tapecheck.lint.model import VARIABLE_CLASSES, Tracer, model_of
 from tapecheck.lint.queries import prefixes
-from tapecheck.rules._common import report
+from tapecheck.rules._common import defines_call, report
 
 CODE = "TAP106"
 NAME = "variable-derived-outside-call"
@@ -72,12 +72,11 @@ PROBE = True
 
 HINT = "Compute it in `call` from the variables (a local name there), so the tape records it at every step."
 TRIGGERS = (b"add_weight", b"add_variable", b"Variable")
-CALL_METHOD = re.compile(rb"def[ \t\\]+(?:call|__call__)[ \t\\]*\(")
 
 
 def screen(source: bytes) -> bool:
     """A variable made here, and a `call` (or `__call__`) method that could read what was derived from it."""
-    return any(trigger in source for trigger in TRIGGERS) and CALL_METHOD.search(source) is not None
+    return any(trigger in source for trigger in TRIGGERS) and defines_call(source) is not None
 
 SETUP = ("build", "__init__")
 USERS = ("call", "__call__")
