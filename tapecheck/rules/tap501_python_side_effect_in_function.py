@@ -4,8 +4,11 @@
 Inside a function compiled with `@tf.function` (or wrapped by
 `tf.function(f)`), flags Python code that only runs while the function is
 traced: `.numpy()`, `float()`/`int()`/`bool()` of a tensor, `print` of a tensor,
-and draws from Python's `random` or `np.random`. Static shapes (`x.shape[0]`)
-and the bodies of `tf.py_function`/`tf.numpy_function` are left alone.
+and draws from Python's `random` or `np.random`. The same holds in a function
+mapped over a `tf.data` dataset (`Dataset.map` traces it), an object's `__call__`
+given to `map` (`ds.map(Augmenter(0.1))`) included, and in the functions and
+methods these call. Static shapes (`x.shape[0]`) and the bodies of
+`tf.py_function`/`tf.numpy_function` are left alone.
 
 ## Why is this bad?
 `tf.function` runs the Python body once (per input signature) to build a graph,
@@ -113,6 +116,17 @@ NOT_TENSORS = frozenset({"self", "cls"})
 PYTHON_ANNOTATIONS = frozenset({"int", "float", "bool", "str"})
 
 VALID = [
+    # the same object drawing with tf.random: a new draw for every element
+    """
+import tensorflow as tf
+class Augmenter:
+    def __init__(self, strength):
+        self.strength = strength
+    def __call__(self, image, label):
+        return image + tf.random.normal((28, 28, 1), stddev=self.strength), label
+def make_dataset(images, labels):
+    return tf.data.Dataset.from_tensor_slices((images, labels)).map(Augmenter(0.1)).batch(32)
+""",
     # pandas' Series.map runs the function eagerly, for each value
     """
 import numpy as np
@@ -196,6 +210,20 @@ def eager_step(model, opt, x, y):
 ]
 
 INVALID = [
+    # an augmentation object mapped over a dataset: its __call__ is traced once
+    """
+import numpy as np
+import tensorflow as tf
+class Augmenter:
+    def __init__(self, strength):
+        self.strength = strength
+    def __call__(self, image, label):
+        noise = np.random.normal(0, self.strength, size=(28, 28, 1)).astype("float32")  # expect: TAP501
+        return image + noise, label
+def make_dataset(images, labels):
+    augment = Augmenter(0.1)
+    return tf.data.Dataset.from_tensor_slices((images, labels)).map(augment).batch(32)
+""",
     # Dataset.map traces its function: the NumPy draw happens once
     """
 import numpy as np
@@ -261,18 +289,48 @@ def _dataset_map(facts, call) -> bool:
     return any(callee_of(facts, c).startswith("tensorflow.data.") for c in spans.calls_in((call.site.order, first_arg)))
 
 
-def _graph_functions(facts) -> dict[int, str]:
+def _graph_functions(facts) -> dict[int, tuple[str, str]]:
     """Function blocks that run traced: decorated with tf.function, wrapped by it, or mapped
-    over a `tf.data` dataset (Dataset.map traces its function)."""
+    over a `tf.data` dataset (Dataset.map traces its function, and an object's `__call__`):
+    block id -> (how the message says it runs traced, the function's name)."""
+    model = model_of(facts)
     wrapped = set()
+    mapped: dict[int, tuple[str, str]] = {}
     for call in facts.calls:
-        if (callee_of(facts, call) in TF_FUNCTIONS or _dataset_map(facts, call)) and call.args and call.args[0].text:
-            wrapped.add(call.args[0].text.rsplit(".", 1)[-1])
-    return {
-        block.id: block.name
+        if not call.args:
+            continue
+        is_map = _dataset_map(facts, call)
+        if not (is_map or callee_of(facts, call) in TF_FUNCTIONS):
+            continue
+        arg = call.args[0]
+        if arg.text:
+            wrapped.add(arg.text.rsplit(".", 1)[-1])
+        if is_map:
+            method = _mapped_call_method(model, arg, call.site)
+            if method is not None:
+                mapped[method.block.id] = (
+                    f"in `{method.qualname}`, which `Dataset.map` (line {call.site.line}) traces", method.qualname
+                )
+    found = {
+        block.id: (f"in `@tf.function` `{block.name}`", block.name)
         for block in facts.blocks
         if block.kind == "function" and (set(block.decorators) & TF_FUNCTIONS or block.name in wrapped)
     }
+    return {**mapped, **found}
+
+
+def _mapped_call_method(model, arg, site):
+    """`Augmenter.__call__` for `ds.map(Augmenter(0.1))`, or for `ds.map(augment)` after
+    `augment = Augmenter(0.1)`: an instance of a class of this file, called on each element."""
+    constructor = arg.func_text if arg.kind == "call" else ""
+    if arg.kind == "name":
+        reaching = model.facts.reaching_assigns(arg.text, site)
+        if len(reaching) == 1 and reaching[0].value is not None and reaching[0].value.kind == "call":
+            constructor = reaching[0].value.func_text
+    klass = model.local_class(constructor) if constructor else None
+    if klass is None:
+        return None
+    return next((fn for fn in model.methods(klass) if fn.name == "__call__" and fn.self_name), None)
 
 
 def _tensor_names(facts, spans, function_id, params=None) -> set[str]:
@@ -362,7 +420,7 @@ def check(facts):
         return
     spans = spans_of(facts)
     islands = [call_span(c) for c in facts.calls if callee_of(facts, c) in EAGER_ISLANDS]
-    traced = {function_id: (f"in `@tf.function` `{name}`", None) for function_id, name in functions.items()}
+    traced = {function_id: (where, None, name) for function_id, (where, name) in functions.items()}
     pending = list(traced)
     model = model_of(facts)
     while pending:  # the functions a traced function calls are traced too, while it traces
@@ -378,10 +436,11 @@ def check(facts):
             callee = model.resolve(call)
             if callee is None or callee.block.id in traced or callee.model is not model:
                 continue
-            root = traced[function_id][0].split("`")[-2]
+            root = traced[function_id][2]
             traced[callee.block.id] = (
                 f"in `{callee.qualname}`, which `{root}` calls at line {call.site.line} while tf.function traces it",
                 _tensor_params(model, call, callee, names),
+                root,
             )
             pending.append(callee.block.id)
 
