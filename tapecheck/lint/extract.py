@@ -160,7 +160,7 @@ class FactsBuilder(FastVisitor):
             ) or (len(elements) > 1 and any(isinstance(el.slice, cst.Slice) for el in elements))
             return Expr("subscript", dotted_name(node.value), tensor_slice=tensor_slice)
         if isinstance(node, (cst.BinaryOperation, cst.UnaryOperation)):
-            return Expr("binop", "")
+            return Expr("binop", "", method=node.operator.__class__.__name__)  # `Divide`, `Add`, `Minus`...
         if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Call) and dotted_name(node.value.func) == "super":
             return Expr("super", "", method=node.attr.value)  # `super().call`: the method of a base class
         if isinstance(node, cst.Lambda):

@@ -53,7 +53,7 @@ class Expr:
     kind: str  # name, attribute, call, subscript, binop, unaryop, list, tuple, constant, lambda, super, other
     text: str  # dotted text for names and attributes, "" otherwise
     callee: str = ""  # calls: resolved dotted name of the called thing
-    method: str = ""  # calls of an attribute: the attribute name
+    method: str = ""  # calls of an attribute: the attribute name; binop: the operator's libcst class (`Divide`)
     receiver: str = ""  # calls of an attribute: dotted receiver, when it is a dotted name
     elements: tuple["Expr", ...] = ()  # list/tuple elements
     tensor_slice: bool = False  # subscript with `:` in a tuple index, or `...`

@@ -3,14 +3,17 @@
 ## What it does
 Flags `tape.gradient(target, x)` where `x` is a plain tensor (made by
 `tf.constant`, `tf.convert_to_tensor`, another TensorFlow op, a NumPy call, or
-a tensor slice such as `inputs[:, 0]`) that the tape never `watch`ed. It also
-flags variables asked from a tape made with `watch_accessed_variables=False`
-that never watches them, variables made with `trainable=False` (followed through
-aliases and `self.` attributes), a layer's `non_trainable_variables` (its
-BatchNormalization statistics: `[None, None]` in TF 2.21) with no `watch`, and a variable that the training loop rebinds to
-a tensor with a manual update (`w = w - lr * g`): from the second pass on it is a
-plain tensor. And a Keras model or layer given itself as the sources
-(`tape.gradient(loss, self.model)`), instead of its `trainable_variables`.
+a tensor slice such as `inputs[:, 0]`) that the tape never `watch`ed, or a name
+bound to arithmetic that never yields a variable (`scaled = images / 255.0`,
+`-x`, `a @ b`: a tensor or a NumPy array). It also flags variables asked from a
+tape made with `watch_accessed_variables=False` that never watches them,
+variables made with `trainable=False` (followed through aliases and `self.`
+attributes), a layer's `non_trainable_variables` (its BatchNormalization
+statistics: `[None, None]` in TF 2.21) with no `watch`, and a variable that the
+training loop rebinds to a tensor with a manual update (`w = w - lr * g`): from
+the second pass on it is a plain tensor. And a Keras model or layer given itself
+as the sources (`tape.gradient(loss, self.model)`), instead of its
+`trainable_variables`.
 
 ## Why is this bad?
 A tape follows `tf.Variable`s it sees used, and nothing else unless told to:
@@ -61,6 +64,22 @@ TENSOR_MODULES = frozenset(
 )
 
 VALID = [
+    # the normalised input watched; and two models' variable lists joined with `+`
+    """
+import tensorflow as tf
+def input_saliency(model, images):
+    scaled = images / 255.0
+    with tf.GradientTape() as tape:
+        tape.watch(scaled)
+        top = tf.reduce_max(model(scaled), axis=-1)
+    return tape.gradient(top, scaled)
+def joint_step(encoder, head, x, y, opt):
+    variables = encoder.trainable_variables + head.trainable_variables
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(head(encoder(x)) - y))
+    grads = tape.gradient(loss, variables)
+    opt.apply_gradients(zip(grads, variables))
+""",
     # the statistics watched first: their gradients exist
     """
 import tensorflow as tf
@@ -148,6 +167,15 @@ def f(helper):
 ]
 
 INVALID = [
+    # a saliency helper differentiating by the normalised input it made itself
+    """
+import tensorflow as tf
+def input_saliency(model, images):
+    scaled = images / 255.0
+    with tf.GradientTape() as tape:
+        top = tf.reduce_max(model(scaled), axis=-1)
+    return tape.gradient(top, scaled)  # expect: TAP103
+""",
     # a trainer asking for the BatchNormalization statistics (not watched: [None, None])
     """
 import tensorflow as tf
@@ -268,6 +296,16 @@ def _kind_of(value) -> str:
         return "tensor"
     return ""
 
+
+
+# Operators whose result is a new tensor (or NumPy array) whatever the operands: never a variable,
+# and never a list (`+` and `*` also join and repeat lists of variables).
+ARITHMETIC = frozenset({"Subtract", "Divide", "FloorDivide", "Power", "MatrixMultiply", "Minus"})
+
+
+def _arithmetic(assign) -> bool:
+    value = assign.value
+    return assign.kind == "assign" and value is not None and value.kind == "binop" and value.method in ARITHMETIC
 
 
 def _kind_of_binding(model, assign, depth: int = 0) -> str:
@@ -444,6 +482,17 @@ def check(facts):
             reaching = model.value_assigns(source.text, call.site)
             kinds = {_kind_of_binding(model, a) for a in reaching}
             rebound = model.loop_rebinding(source.text, call.site) if kinds == {"variable"} else None
+            if reaching and all(_arithmetic(a) for a in reaching) and not watches:
+                line = reaching[-1].site.line
+                yield report(
+                    facts, call.site, CODE,
+                    f"`{source.text}` is computed by arithmetic (line {line}): a new tensor (or NumPy array), never "
+                    f"a variable, and `{tape.name}` never watches it: its gradient is None (a NumPy array makes "
+                    "`gradient` raise AttributeError '_id')",
+                    f"Call `{tape.name}.watch({source.text})` inside the `with` block, before using it "
+                    f"(`tf.convert_to_tensor` it first if it may be a NumPy array).",
+                )
+                continue
             if kinds == {"tensor"}:
                 what = "a plain tensor"
             elif kinds == {"variable"} and tape.watch_accessed_variables is False:
