@@ -39,3 +39,22 @@ def test_the_screen_lets_through_every_spelling_a_rule_fires_on(name):
     code = name.split("-")[0]
     assert code in {f.code for f in unscreened}, "the spelling must make the rule fire"
     assert lint_python(source, "spelling.py") == unscreened
+
+
+# The other direction: a screen that lets everything through costs a parse per file, and
+# nothing else shows it (the findings are the same). A file with a trigger but without the
+# rest of what the rule needs is screened out.
+NOT_ENOUGH = {
+    "TAP104": b"import tensorflow as tf\nclass Net:\n    def build(self):\n        self.w = self.add_weight(shape=(2,))\n",
+    "TAP106": b"import tensorflow as tf\nw = tf.Variable(1.0)\n",
+    "TAP105": b"import tensorflow as tf\nwith tf.GradientTape() as tape:\n    pass\n",
+    "TAP301": b"import keras\nm = keras.metrics.Mean()\n",
+}
+
+
+@pytest.mark.parametrize("code", sorted(NOT_ENOUGH))
+def test_the_screen_rejects_a_file_with_only_part_of_what_the_rule_needs(code):
+    from tapecheck.lint.engine import rule_screen
+    from tapecheck.rules import RULES_BY_CODE
+
+    assert rule_screen(RULES_BY_CODE[code])(NOT_ENOUGH[code]) is False

@@ -76,7 +76,7 @@ TRIGGERS = (b"add_weight", b"add_variable", b"Variable")
 
 def screen(source: bytes) -> bool:
     """A variable made here, and a `call` (or `__call__`) method that could read what was derived from it."""
-    return any(trigger in source for trigger in TRIGGERS) and defines_call(source) is not None
+    return any(trigger in source for trigger in TRIGGERS) and defines_call(source)
 
 SETUP = ("build", "__init__")
 USERS = ("call", "__call__")
