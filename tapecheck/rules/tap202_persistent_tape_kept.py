@@ -43,6 +43,7 @@ not read anywhere else.
 '''
 
 from tapecheck.lint.facts import GRADIENT_METHODS
+from tapecheck.lint.model import TF_FUNCTIONS
 from tapecheck.rules._common import report
 
 CODE = "TAP202"
@@ -159,7 +160,6 @@ def _needs_persistence(facts, tape, call) -> bool:
     return facts.records(tape, call.site)  # asked mid-recording so that recording goes on
 
 
-TRACED = frozenset({"tensorflow.function", "tensorflow.compat.v2.function"})
 
 
 def _kept(facts, tape):
@@ -200,7 +200,7 @@ def check(facts):
         if tape.persistent is True and tape.name and "." not in tape.name:
             kept = _kept(facts, tape)
             scope = facts.blocks[facts.scope_of(tape.site)]
-            if kept is not None and not set(scope.decorators) & TRACED and not _released(facts, kept[1]):
+            if kept is not None and not set(scope.decorators) & TF_FUNCTIONS and not _released(facts, kept[1]):
                 site, _, holder = kept
                 yield report(
                     facts, site, CODE,

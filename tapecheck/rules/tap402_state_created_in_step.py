@@ -55,7 +55,7 @@ import os
 
 from tapecheck.lint.facts import GRADIENT_METHODS
 from tapecheck.rules._common import compiles_a_loss, is_keras_class, report
-from tapecheck.lint.model import VARIABLE_CLASSES, model_of
+from tapecheck.lint.model import TF_FUNCTIONS, VARIABLE_CLASSES, model_of
 from tapecheck.lint.queries import callee_of, method_of
 
 CODE = "TAP402"
@@ -69,7 +69,6 @@ def screen(source: bytes) -> bool:
     return b"apply_gradients" in source or b"GradientTape" in source or compiles_a_loss(source)
 
 
-STEP_DECORATORS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function"})
 NOT_STEPS = frozenset({"__init__", "build", "__call__", "call"})
 KERAS_STEPS = frozenset({"train_step", "test_step"})  # `fit` and `evaluate` call these per batch
 
@@ -220,7 +219,7 @@ def _step_functions(facts, work) -> dict[int, str]:
             continue
         if block.name.startswith("test"):
             continue  # a unit test: runs once
-        if set(block.decorators) & STEP_DECORATORS or block.name in KERAS_STEPS or block.name in called_in_loops:
+        if set(block.decorators) & TF_FUNCTIONS or block.name in KERAS_STEPS or block.name in called_in_loops:
             steps[block.id] = block.name
     return steps
 
@@ -279,7 +278,7 @@ def _in_helpers(facts, model, steps, loops, reported):
         where, why = "", ""
         if scope in steps and not model.guarded(call.site, scope):
             step = facts.blocks[scope]
-            traced = bool(set(step.decorators) & STEP_DECORATORS) or step.name in KERAS_STEPS
+            traced = bool(set(step.decorators) & TF_FUNCTIONS) or step.name in KERAS_STEPS
             where = f"the step function `{steps[scope]}` calls `{{fn}}` on every step (line {call.site.line})"
             why = TRACED if traced else ""
         else:

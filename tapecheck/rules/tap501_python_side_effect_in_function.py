@@ -61,7 +61,7 @@ from __future__ import annotations
 import re
 
 from tapecheck.rules._common import report
-from tapecheck.lint.model import model_of
+from tapecheck.lint.model import TF_FUNCTIONS, model_of
 from tapecheck.lint.queries import (
     METADATA_CALLS,
     call_span,
@@ -105,7 +105,6 @@ def screen(source: bytes) -> bool:
     return re.search(rb"(?:" + spelled + rb")(?:\.compat(?:\.v[12])?)?\.function\b", source) is not None
 
 
-TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
 # Their function arguments run eagerly, on real values: anything goes there.
 EAGER_ISLANDS = frozenset(
     {"tensorflow.py_function", "tensorflow.numpy_function", "tensorflow.compat.v1.py_func"}
