@@ -193,16 +193,19 @@ def _syntax_error_message(source: bytes, exc) -> str:
     return f"syntax error at line {exc.raw_line}, column {exc.raw_column + 1}: {exc.message}"
 
 
-def lint_source(source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule] = RULES) -> list[Finding]:
+def lint_source(
+    source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule] = RULES, *, screened: bool = False
+) -> list[Finding]:
     """Findings for one file's source, sorted by position. Raises LintError on bad input.
 
-    A path ending in `.ipynb` is read as a Jupyter notebook (its code cells).
+    A path ending in `.ipynb` is read as a Jupyter notebook (its code cells). `screened`: the
+    caller already ran the byte screen on these bytes and it let them through.
     """
     if path.endswith(".ipynb"):
         from tapecheck.lint.notebooks import lint_notebook
 
         return lint_notebook(source, path, rules)
-    return lint_python(source, path, rules)
+    return lint_python(source, path, rules, screen=not screened)
 
 
 def lint_python(

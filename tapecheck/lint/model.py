@@ -603,9 +603,19 @@ class ProgramModel:
         binds by assignment (`metrics = tf.keras.metrics`, `K = tf.keras.backend`), through that
         alias (`alias_of`). The cheap answer first: most heads are imports or bound nowhere."""
         head = dotted.partition(".")[0]
-        if head == dotted or head in self.facts.imports or not self.assigns_named(head):
+        if head == dotted or head in self.facts.imports or head not in self._alias_heads():
             return self.facts.resolve(dotted)
         return self.alias_of(dotted, site)
+
+    def _alias_heads(self) -> set[str]:
+        """Names some assignment binds to a name or an attribute (`K = tf.keras.backend`)."""
+        heads = self.memo.get("alias heads")
+        if heads is None:
+            heads = self.memo["alias heads"] = {
+                a.target for a in self.facts.assigns
+                if a.kind == "assign" and a.value is not None and a.value.kind in ("name", "attribute")
+            }
+        return heads
 
     def alias_of(self, dotted: str, site: Site) -> str:
         """`tensorflow.keras.backend.set_learning_phase` for `K.set_learning_phase` after

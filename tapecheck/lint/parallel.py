@@ -85,9 +85,10 @@ def _needs_parse(path: str, source: bytes, rules: Sequence[Rule]) -> bool:
 
 
 def _lint_one(path: str, source: bytes, rules: Sequence[Rule]) -> Report:
+    """Lint a file `_needs_parse` admitted (every caller asks it first)."""
     report = Report(files_checked=1)
     try:
-        report.findings = lint_source(source, path, rules)
+        report.findings = lint_source(source, path, rules, screened=True)
     except LintError as exc:
         report.errors.append(FileError(path, str(exc)))
     return report
