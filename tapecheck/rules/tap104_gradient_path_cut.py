@@ -133,6 +133,13 @@ class BinaryDense(tf.keras.layers.Layer):
     def call(self, x):
         w = self.w + tf.stop_gradient(tf.sign(self.w) - self.w)
         return tf.matmul(x, w) * tf.round(self.scale) + tf.cast(self.seen, tf.float32)
+class PenalizedSign(tf.keras.layers.Layer):
+    # the weight's only gradient may come from the penalty it adds (if the loop reads .losses)
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], 4))
+    def call(self, x):
+        self.add_loss(tf.reduce_sum(tf.square(self.w)))
+        return tf.matmul(x, tf.sign(self.w))
 """,
     # stop_gradient beside a live path: a SimSiam/BYOL target, and a Lambda layer that freezes
     # the backbone on purpose (the head still trains)
@@ -723,13 +730,17 @@ def _untrainable_weights(model, reported):
     """A Keras layer's own weight that reaches the output of its `call` only through a cut
     (`tf.matmul(x, tf.sign(self.kernel))`): whatever trains the layer, that weight never moves."""
     facts = model.facts
+    penalized = None  # classes whose methods call add_loss: a penalty may train the weight another way
     for klass in model.classes.values():
         if not model.is_keras(klass):
             continue
         call_fn = next((fn for fn in model.methods(klass) if fn.name == "call" and fn.self_name), None)
-        if call_fn is None or any(method_of(c) == "add_loss" for c in model.spans.calls
-                                  if facts.enclosing_class(c.site) is klass):
-            continue  # a penalty added with add_loss may train the weight another way
+        if call_fn is None:
+            continue
+        if penalized is None:
+            penalized = {id(facts.enclosing_class(c.site)) for c in model.spans.calls if method_of(c) == "add_loss"}
+        if id(klass) in penalized:
+            continue
         summary = model.summary(call_fn)
         if summary is None:
             continue
