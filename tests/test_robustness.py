@@ -359,3 +359,24 @@ def test_two_runs_at_once_give_the_result_of_one(tmp_path, extra):
         assert (tmp_path / ".tapecheck_cache").is_dir()
     else:
         assert not (tmp_path / ".tapecheck_cache").exists()
+
+
+def test_nesting_tokens_are_counted_per_line_as_the_pattern_finds_them():
+    """engine.nesting_tokens_per_line (keywords to one byte, then bytes.translate) against
+    `_NESTING_TOKENS.findall` line by line: on the fixtures, rule examples, and lines made to
+    trip it (keywords inside names, at line ends, operators in strings, CR LF, no final newline)."""
+    from sources import SOURCES
+
+    from tapecheck.lint.engine import _NESTING_TOKENS, nesting_tokens_per_line
+
+    tricky = [
+        b"notable = android or iffy and elsewhere\n",
+        b"x = a if b else c\nlambda: (yield)\r\nawait z",
+        b"s = '-+~*/%@&|^<>.([{'  # and not or\n\n",
+        b"",
+    ]
+    sources = [source for _, source in SOURCES] + tricky
+    assert len(sources) > 50
+    for source in sources:
+        expected = [len(_NESTING_TOKENS.findall(line)) for line in source.split(b"\n")]
+        assert list(nesting_tokens_per_line(source)) == expected

@@ -75,6 +75,7 @@ VARIABLE_CLASSES = frozenset({
     "tensorflow.keras.backend.variable", "keras.backend.variable", "tf_keras.backend.variable",
 })
 KERAS_ROOTS = ("keras.", "tensorflow.keras.", "tf_keras.", "tensorflow.python.keras.")
+WEIGHT_METHODS = frozenset({"add_weight", "add_variable"})  # `self.add_weight(...)`: a layer's weight
 # `tf.function` under every name the rules resolve: a function decorated or wrapped by one is traced.
 TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
 MAX_ALIAS_DEPTH = 8

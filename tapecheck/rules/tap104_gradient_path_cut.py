@@ -82,7 +82,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tapecheck.lint.model import VARIABLE_CLASSES, model_of
+from tapecheck.lint.model import VARIABLE_CLASSES, WEIGHT_METHODS, model_of
 from tapecheck.lint.queries import method_of, prefixes
 from tapecheck.rules._common import compiles_a_loss, defines_call, report
 
@@ -698,8 +698,6 @@ def _compiled(model, reported):
             _hint(cut), _details(cut, facts.path, fit_line=call.site.line),
         )
 
-
-WEIGHT_METHODS = frozenset({"add_weight", "add_variable"})
 
 
 def _weights(model, klass) -> dict[str, object]:

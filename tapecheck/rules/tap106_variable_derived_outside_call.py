@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import re
 
-from tapecheck.lint.model import VARIABLE_CLASSES, Tracer, model_of
+from tapecheck.lint.model import VARIABLE_CLASSES, WEIGHT_METHODS, Tracer, model_of
 from tapecheck.lint.queries import prefixes
 from tapecheck.rules._common import defines_call, report
 
@@ -80,7 +80,6 @@ def screen(source: bytes) -> bool:
 
 SETUP = ("build", "__init__")
 USERS = ("call", "__call__")
-WEIGHT_METHODS = frozenset({"add_weight", "add_variable"})
 INTEGER = re.compile(r"int|bool")
 SNAPSHOTS = frozenset({
     "tensorflow.identity", "tensorflow.convert_to_tensor", "tensorflow.constant",
