@@ -111,3 +111,19 @@ def test_a_binarised_kernel_never_moves_while_the_head_trains():
     assert kernel == 0.0 and head > 0.01  # zero gradients for the kernel, applied: nothing moves
     kernel, head = run("good", "binarized_kernel_layer.py", 5)
     assert kernel > 0.01 and head > 0.01
+
+
+def test_numpy_noise_in_a_loader_method_mapped_over_a_rebound_dataset_is_drawn_once():
+    bad = run("bad", "pipeline_class_numpy_noise.py", 2)
+    good = run("good", "pipeline_class_numpy_noise.py", 2)
+    assert len(bad) == len(good) == 16
+    assert len(set(bad)) == 1  # one draw, frozen into the traced `_augment`, for both epochs
+    assert len(set(good[:8])) == 8  # a draw per element (a global seed, if a test set one, replays it per epoch)
+
+
+def test_a_python_random_flip_mapped_by_a_helper_is_decided_once():
+    bad = run("bad", "dataset_helper_random_flip.py", 4)
+    good = run("good", "dataset_helper_random_flip.py", 4)
+    assert len(bad) == len(good) == 32
+    assert len(set(bad)) == 1  # every image flipped, or none
+    assert set(good) == {0.0, 1.0}  # flipped for some elements, not for others

@@ -7,7 +7,10 @@ traced: `.numpy()`, `float()`/`int()`/`bool()` of a tensor, `print` of a tensor,
 and draws from Python's `random` or `np.random`. The same holds in a function
 mapped over a `tf.data` dataset (`Dataset.map` traces it), an object's `__call__`
 given to `map` (`ds.map(Augmenter(0.1))`) included, and in the functions and
-methods these call. Static shapes (`x.shape[0]`) and the bodies of
+methods these call. A dataset is followed from its `tf.data` call through rebinding
+(`ds = ds.shuffle(1024)`), chained dataset methods, functions that return it and
+the parameters its callers fill with it; a `.map` of anything else (a pandas
+column) is left alone. Static shapes (`x.shape[0]`) and the bodies of
 `tf.py_function`/`tf.numpy_function` are left alone.
 
 ## Why is this bad?
@@ -61,7 +64,7 @@ from __future__ import annotations
 import re
 
 from tapecheck.rules._common import report
-from tapecheck.lint.model import TF_FUNCTIONS, model_of
+from tapecheck.lint.model import TF_FUNCTIONS, Function, model_of
 from tapecheck.lint.queries import (
     METADATA_CALLS,
     call_span,
@@ -134,6 +137,20 @@ def noisy(value):
     return value * np.random.uniform(0.9, 1.1)
 frame = pd.read_csv("data.csv")
 frame["x"] = frame["x"].map(noisy)
+""",
+    # `.map` of a parameter the callers fill with a pandas column: it runs `noisy` per value
+    """
+import numpy as np
+import pandas as pd
+import tensorflow as tf
+def noisy(value):
+    return value * np.random.uniform(0.9, 1.1)
+def jitter_column(column):
+    column = column.map(noisy)
+    return column
+frame = pd.read_csv("data.csv")
+frame["x"] = jitter_column(frame["x"])
+dataset = tf.data.Dataset.from_tensor_slices(frame.values)
 """,
     # a helper given only Python values prints them: once per trace, as meant
     """
@@ -231,6 +248,30 @@ def augment(image, label):
     return image * np.random.uniform(0.8, 1.2), label  # expect: TAP501
 train = tf.data.Dataset.from_tensor_slices((images, labels)).map(augment).batch(32)
 """,
+    # a loader method maps another method over a dataset it built in steps, and a helper maps
+    # over the dataset its caller passes: both functions are traced once
+    """
+import random
+import numpy as np
+import tensorflow as tf
+def random_flip(image):
+    if random.random() < 0.5:  # expect: TAP501
+        image = tf.image.flip_left_right(image)
+    return image
+def prepare(dataset, batch_size):
+    dataset = dataset.map(random_flip)
+    return dataset.batch(batch_size)
+class Loader:
+    def __init__(self, images):
+        self.images = images
+    def _augment(self, image):
+        return image + np.random.normal(0.0, 0.1)  # expect: TAP501
+    def build(self):
+        ds = tf.data.Dataset.from_tensor_slices(self.images)
+        ds = ds.shuffle(1024).repeat()
+        ds = ds.map(self._augment, num_parallel_calls=tf.data.AUTOTUNE)
+        return prepare(ds, 32)
+""",
     # a helper the traced step calls runs while tracing too
     """
 import numpy as np
@@ -275,43 +316,128 @@ val_step = tf.function(val_step)
 ]
 
 
-def _dataset_map(facts, call) -> bool:
-    """`<a tf.data dataset>.map(fn)`: the receiver is a name bound to, or a chain starting with, a
-    `tf.data` call (so a pandas `Series.map` is not mistaken for it)."""
-    if method_of(call) != "map":
+# `tf.data.Dataset` methods that return a dataset: `ds = ds.shuffle(...)` keeps `ds` a dataset.
+DATASET_METHODS = frozenset({
+    "batch", "cache", "concatenate", "filter", "flat_map", "interleave", "map", "padded_batch",
+    "prefetch", "ragged_batch", "rebatch", "repeat", "shard", "shuffle", "skip", "take",
+    "unbatch", "with_options", "apply", "enumerate", "ignore_errors", "rejection_resample",
+})
+# Rebindings, chained methods, returns and callers followed back to the `tf.data` call. Each
+# (name, place) is worked out once per file (memoized), so cost stays linear; the bound keeps
+# Python's stack safe on pathological code, where a cut-off answer errs towards silence.
+MAX_DATASET_STEPS = 40
+
+
+def _dataset_map(model, call) -> bool:
+    """`<a tf.data dataset>.map(fn)`: the object mapped over comes from a `tf.data` call, through
+    dataset methods (`ds = ds.shuffle(8)`, `...from_tensor_slices(x).batch(4)`) and the callers
+    that pass it in (`prepare(tf.data.Dataset.range(8))`). Anything else (a pandas `Series.map`,
+    a parameter nothing here passes) is not read as a dataset."""
+    return method_of(call) == "map" and _receiver_is_dataset(model, call, 0)
+
+
+def _receiver_is_dataset(model, call, depth: int) -> bool:
+    if depth > MAX_DATASET_STEPS:
         return False
     if call.receiver:
-        return any(a.value is not None and a.value.kind == "call" and a.value.callee.startswith("tensorflow.data.")
-                   for a in facts.reaching_assigns(call.receiver, call.site))
+        return _holds_dataset(model, call.receiver, call.site, depth + 1)
+    # a chain (`tf.data.Dataset.from_tensor_slices(x).shuffle(8).map(f)`): the calls it is made on
     first_arg = min((start for _, start, _ in call.arg_spans), default=call.end_order)
-    spans = spans_of(facts)
-    return any(callee_of(facts, c).startswith("tensorflow.data.") for c in spans.calls_in((call.site.order, first_arg)))
+    return any(_yields_dataset(model, inner, depth + 1)
+               for inner in model.spans.calls_in((call.site.order, first_arg)))
 
 
-def _graph_functions(facts) -> dict[int, tuple[str, str]]:
+def _yields_dataset(model, call, depth: int) -> bool:
+    """`call` makes a dataset: a `tf.data` call, a dataset method of one, or a function of this
+    file whose every `return` gives one (`ds = make_dataset(x)`)."""
+    if depth > MAX_DATASET_STEPS:
+        return False
+    if callee_of(model.facts, call).startswith("tensorflow.data."):
+        return True
+    if method_of(call) in DATASET_METHODS and _receiver_is_dataset(model, call, depth):
+        return True
+    fn = model.resolve(call)
+    if fn is None:
+        return False
+    key = ("TAP501 returns a dataset", fn.block.id)
+    known = model.memo.get(key)
+    if known is None:
+        model.memo[key] = False  # while it is worked out: a recursive function
+        returned = model.returned_calls(fn)
+        known = model.memo[key] = bool(returned) and all(_yields_dataset(model, made, depth + 1) for made in returned)
+    return known
+
+
+def _holds_dataset(model, name: str, site, depth: int) -> bool:
+    """Some binding of `name` that may hold at `site` (`self.x` set in any method) is a dataset:
+    a call making one, or a parameter every caller here passes one for."""
+    key = ("TAP501 dataset", name, site.order)
+    known = model.memo.get(key)
+    if known is not None:
+        return known
+    model.memo[key] = False  # while it is worked out: `ds = ds.shuffle(8)` reads its own name
+    found = depth <= MAX_DATASET_STEPS and any(
+        _binds_dataset(model, assign, depth) for assign in model.assigns_of(name, site)
+    )
+    model.memo[key] = found
+    return found
+
+
+def _binds_dataset(model, assign, depth: int) -> bool:
+    if assign.kind == "param":
+        fn = model.functions.get(assign.site.block)
+        passed = model.arguments_for(fn, assign.target) if fn is not None else None
+        return bool(passed) and all(_is_dataset_argument(model, caller, argument, depth + 1) for caller, argument in passed)
+    made = model.value_call(assign)
+    return made is not None and _yields_dataset(model, made, depth + 1)
+
+
+def _is_dataset_argument(model, caller, argument, depth: int) -> bool:
+    """What `caller` passes as `argument` is a dataset: a name holding one, or a call making one."""
+    if argument.kind == "name":
+        return _holds_dataset(model, argument.text, caller.site, depth)
+    if argument.kind != "call":
+        return False
+    for key, start, end in caller.arg_spans:
+        passed = caller.keywords.get(key) if isinstance(key, str) else (
+            caller.args[key] if 0 <= key < len(caller.args) else None)
+        if passed is argument:
+            made = model.call_at((start, end), argument)
+            return made is not None and _yields_dataset(model, made, depth)
+    return False
+
+
+# What traces a function, and what then reuses each value frozen into its graph.
+FUNCTION = ("tf.function", "step")
+MAP = ("`Dataset.map`", "element")
+
+
+def _graph_functions(facts) -> dict[int, tuple[str, str, tuple[str, str]]]:
     """Function blocks that run traced: decorated with tf.function, wrapped by it, or mapped
     over a `tf.data` dataset (Dataset.map traces its function, and an object's `__call__`):
-    block id -> (how the message says it runs traced, the function's name)."""
+    block id -> (how the message says it runs traced, the function's name, FUNCTION or MAP)."""
     model = model_of(facts)
     wrapped = set()
     mapped: dict[int, tuple[str, str]] = {}
     for call in facts.calls:
         if not call.args:
             continue
-        is_map = _dataset_map(facts, call)
+        is_map = _dataset_map(model, call)
         if not (is_map or callee_of(facts, call) in TF_FUNCTIONS):
             continue
         arg = call.args[0]
-        if arg.text:
-            wrapped.add(arg.text.rsplit(".", 1)[-1])
         if is_map:
             method = _mapped_call_method(model, arg, call.site)
             if method is not None:
-                mapped[method.block.id] = (
-                    f"in `{method.qualname}`, which `Dataset.map` (line {call.site.line}) traces", method.qualname
-                )
+                mapped.setdefault(method.block.id, (  # the first `map` of it names it
+                    f"in `{method.qualname}`, which `Dataset.map` (line {call.site.line}) traces",
+                    method.qualname, MAP,
+                ))
+                continue
+        if arg.text:
+            wrapped.add(arg.text.rsplit(".", 1)[-1])
     found = {
-        block.id: (f"in `@tf.function` `{block.name}`", block.name)
+        block.id: (f"in `@tf.function` `{block.name}`", block.name, FUNCTION)
         for block in facts.blocks
         if block.kind == "function" and (set(block.decorators) & TF_FUNCTIONS or block.name in wrapped)
     }
@@ -319,8 +445,13 @@ def _graph_functions(facts) -> dict[int, tuple[str, str]]:
 
 
 def _mapped_call_method(model, arg, site):
-    """`Augmenter.__call__` for `ds.map(Augmenter(0.1))`, or for `ds.map(augment)` after
-    `augment = Augmenter(0.1)`: an instance of a class of this file, called on each element."""
+    """The function of this file `ds.map(arg)` traces: `augment` (a function, a method through
+    `self`), or `Augmenter.__call__` for `ds.map(Augmenter(0.1))` and for `ds.map(augment)` after
+    `augment = Augmenter(0.1)` (an instance of a class of this file, called on each element)."""
+    if arg.kind in ("name", "attribute"):
+        bound = model.binding(arg.text, site)
+        if isinstance(bound, Function) and bound.model is model:
+            return bound
     constructor = arg.func_text if arg.kind == "call" else ""
     if arg.kind == "name":
         reaching = model.facts.reaching_assigns(arg.text, site)
@@ -367,30 +498,31 @@ def _reads_tensor(facts, spans, span, names) -> bool:
     return False
 
 
-def _finding(facts, spans, call, names) -> tuple[str, str] | None:
-    """(what happens, what to do) for a trace-time-only call, else None."""
+def _finding(facts, spans, call, names, tracer=FUNCTION) -> tuple[str, str] | None:
+    """(what happens, what to do) for a trace-time-only call, else None. `tracer`: FUNCTION or MAP."""
     callee = callee_of(facts, call)
+    by, each = tracer
     if method_of(call) == "numpy" and not call.args and not callee.startswith(("numpy", "tensorflow")):
         return (
-            "`.numpy()` raises AttributeError here: tensors are symbolic while tf.function traces",
+            f"`.numpy()` raises AttributeError here: tensors are symbolic while {by} traces",
             "Keep it a tensor inside the function; call .numpy() on the returned value.",
         )
     if callee.startswith("numpy.random.") or (callee.startswith("random.") and facts.imports.get("random") == "random"):
         return (
-            f"`{call.func.text}()` runs once, while tf.function traces: its value is frozen into the graph "
-            "and every step reuses it",
+            f"`{call.func.text}()` runs once, while {by} traces: its value is frozen into the graph "
+            f"and every {each} reuses it",
             "Draw it with tf.random (or a tf.random.Generator) inside the function.",
         )
     if call.func.kind != "name" or call.func.text in facts.imports:
         return None
     if call.func.text in PYTHON_CONVERSIONS and _reads_tensor(facts, spans, call_span(call), names):
         return (
-            f"`{call.func.text}()` of a tensor raises TypeError here: the tensor is symbolic while tf.function traces",
+            f"`{call.func.text}()` of a tensor raises TypeError here: the tensor is symbolic while {by} traces",
             "Keep it a tensor (tf.cast) inside the function; convert the returned value outside.",
         )
     if call.func.text == "print" and _reads_tensor(facts, spans, call_span(call), names) and not _trace_marker(call):
         return (
-            "`print` of a tensor runs only while tf.function traces: it shows a symbolic tensor once, "
+            f"`print` of a tensor runs only while {by} traces: it shows a symbolic tensor once, "
             "then never again",
             "Use tf.print to print at every step.",
         )
@@ -419,7 +551,7 @@ def check(facts):
         return
     spans = spans_of(facts)
     islands = [call_span(c) for c in facts.calls if callee_of(facts, c) in EAGER_ISLANDS]
-    traced = {function_id: (where, None, name) for function_id, (where, name) in functions.items()}
+    traced = {function_id: (where, None, name, tracer) for function_id, (where, name, tracer) in functions.items()}
     pending = list(traced)
     model = model_of(facts)
     while pending:  # the functions a traced function calls are traced too, while it traces
@@ -429,17 +561,17 @@ def check(facts):
         for call in facts.calls:
             if facts.scope_of(call.site) != function_id or any(within(call.site.order, s) for s in islands):
                 continue
-            found = _finding(facts, spans, call, names)
+            found = _finding(facts, spans, call, names, traced[function_id][3])
             if found is not None:
                 yield report(facts, call.site, CODE, f"{traced[function_id][0]}: {found[0]}", found[1])
             callee = model.resolve(call)
             if callee is None or callee.block.id in traced or callee.model is not model:
                 continue
-            root = traced[function_id][2]
+            root, tracer = traced[function_id][2], traced[function_id][3]
             traced[callee.block.id] = (
-                f"in `{callee.qualname}`, which `{root}` calls at line {call.site.line} while tf.function traces it",
+                f"in `{callee.qualname}`, which `{root}` calls at line {call.site.line} while {tracer[0]} traces it",
                 _tensor_params(model, call, callee, names),
-                root,
+                root, tracer,
             )
             pending.append(callee.block.id)
 
