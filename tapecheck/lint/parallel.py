@@ -297,6 +297,30 @@ def _work(path: str, source: bytes, codes: tuple[str, ...]) -> Report:
     return _lint_one(path, source, [RULES_BY_CODE[code] for code in codes])
 
 
+def _work_many(items: list[tuple[str, bytes]], codes: tuple[str, ...]) -> list[Report]:
+    rules = [RULES_BY_CODE[code] for code in codes]
+    return [_lint_one(path, source, rules) for path, source in items]
+
+
+# Files go to the workers in batches of about this many bytes of source (one large file alone):
+# one task per file costs the parent a few ms each in pickling and bookkeeping, which a few
+# hundred small files add up to; batches this size still leave each worker many tasks to balance.
+BATCH_BYTES = 256 * 1024
+
+
+def _batches(pending, order: list[int]) -> list[list[int]]:
+    """`order` (largest file first) cut into runs of about BATCH_BYTES of source."""
+    batches: list[list[int]] = []
+    size = BATCH_BYTES
+    for i in order:
+        if size >= BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(i)
+        size += len(pending[i][2])
+    return batches
+
+
 def _context():
     import multiprocessing
     import threading
@@ -320,9 +344,13 @@ def _in_processes(pending, rules: Sequence[Rule], workers: int) -> list[Report]:
     done: list[Report | None] = [None] * len(pending)
     try:
         with ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init_worker) as pool:
-            futures = {i: pool.submit(_work, pending[i][1], pending[i][2], codes) for i in order}
-            for i, future in futures.items():
-                done[i] = future.result()
+            futures = [
+                (batch, pool.submit(_work_many, [(pending[i][1], pending[i][2]) for i in batch], codes))
+                for batch in _batches(pending, order)
+            ]
+            for batch, future in futures:
+                for i, report in zip(batch, future.result()):
+                    done[i] = report
     except BrokenProcessPool:
         # A worker died (killed, or a crash in native code): the pool is gone with every file
         # still in flight. Retry those one process each, so only the guilty file is reported.
