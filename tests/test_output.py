@@ -118,6 +118,8 @@ def test_json_follows_its_schema(tree):
         "title": "Pass `learning_rate=`", "applicability": "safe",
         "edits": [{"line": 8, "col": 35, "end_line": 8, "end_col": 37, "text": "learning_rate"}],
     }
+    # what the message says, for tools: the API, and what a Keras 2 project is told instead
+    assert lr["details"]["api"] == "lr" and "Keras 2 optimizers" in lr["details"]["keras2"]
     assert by_code[("./nb.ipynb", "TAP101")]["cell"] == 6
     assert document["errors"] == [{"path": "./broken.py", "message": document["errors"][0]["message"]}]
     assert document["unused_suppressions"][0]["path"] == "./quiet.py"

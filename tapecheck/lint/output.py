@@ -269,6 +269,7 @@ def _finding_json(finding: Finding, outcome: Outcome) -> dict:
         "hint": finding.hint,
         "origin": finding.origin,
         "count": finding.count,
+        "details": finding.details,
         "fix": fix,
     }
 

@@ -24,7 +24,7 @@ _FIX = {
 }
 _FINDING = {
     "type": "object",
-    "required": ["path", "cell", "line", "col", "code", "name", "message", "hint", "origin", "count", "fix"],
+    "required": ["path", "cell", "line", "col", "code", "name", "message", "hint", "origin", "count", "details", "fix"],
     "properties": {
         "path": {"type": "string"},
         "cell": {"type": ["integer", "null"], "minimum": 1, "description": "notebook cell (1-based, all cells counted); null for .py"},
@@ -36,6 +36,10 @@ _FINDING = {
         "hint": {"type": "string"},
         "origin": {"enum": ["lint", "probe"]},
         "count": {"type": "integer", "minimum": 1},
+        "details": {
+            "type": "object",
+            "description": "what the message says, for tools (by rule: e.g. TAP104's op and call_path, TAP302's api); {} when none",
+        },
         "fix": _FIX,
     },
 }
