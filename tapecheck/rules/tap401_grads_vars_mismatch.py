@@ -5,8 +5,9 @@ Follows the gradients passed to `optimizer.apply_gradients(zip(grads, variables)
 back to the `tape.gradient(loss, sources)` call that made them, and flags the
 call when `variables` is not the list the gradients were computed for: the
 variables of another model (a GAN whose generator gradients are applied to the
-discriminator), `model.variables` against `model.trainable_variables`, or a
-literal list in another order or of another length.
+discriminator), `model.variables` against `model.trainable_variables`, a
+literal list in another order or of another length, or a sum of models' lists
+in another order (`encoder + decoder` asked for, `decoder + encoder` applied).
 
 ## Why is this bad?
 `zip` pairs the gradients and the variables by position and stops silently at
@@ -99,6 +100,26 @@ def step(encoder, head, opt, x, y, loss_fn):
     grads, _ = tf.clip_by_global_norm(grads, 5.0)
     opt.apply_gradients(zip(grads, variables))
 """,
+    # a sum of two models' lists asked for, and the same sum (other spellings) applied
+    """
+import tensorflow as tf
+class Trainer:
+    def step(self, x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.decoder(self.encoder(x, training=True), training=True) - x))
+        params = self.encoder.trainable_weights + self.decoder.trainable_weights
+        grads = tape.gradient(loss, params)
+        self.opt.apply_gradients(zip(grads, self.encoder.trainable_variables + self.decoder.trainable_variables))
+""",
+    # a model's list plus a variable of its own, the same on both sides
+    """
+import tensorflow as tf
+def step(model, scale, opt, x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(model(x, training=True) * scale)
+    grads = tape.gradient(loss, model.trainable_variables + [scale])
+    opt.apply_gradients(zip(grads, model.trainable_variables + [scale]))
+""",
     # an alias of the model, and the two spellings of the trainable list
     """
 import tensorflow as tf
@@ -158,6 +179,17 @@ def step(model, opt, x, y, loss_fn):
         loss = loss_fn(y, model(x, training=True))
     grads = tape.gradient(loss, model.variables)
     opt.apply_gradients(zip(grads, model.trainable_variables))  # expect: TAP401
+""",
+    # the gradients of `encoder + decoder` applied to `decoder + encoder`
+    """
+import tensorflow as tf
+class Trainer:
+    def step(self, x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.decoder(self.encoder(x, training=True), training=True) - x))
+        params = self.encoder.trainable_variables + self.decoder.trainable_variables
+        grads = tape.gradient(loss, params)
+        self.opt.apply_gradients(zip(grads, self.decoder.trainable_variables + self.encoder.trainable_variables))  # expect: TAP401
 """,
 ]
 
@@ -252,10 +284,43 @@ def _canonical(model, text, site):
     return text
 
 
-def _shape(model, expr, site):
-    """A comparable form of a variable list: a dotted text, a tuple of them, or None."""
+def _arg_span(call, index: int, keyword: str):
+    """The order span of the argument `call` passes at `index` or as `keyword`, or None."""
+    return next(((start, end) for key, start, end in call.arg_spans if key in (index, keyword)), None)
+
+
+def _sum_shape(model, span, site):
+    """`enc.trainable_variables + dec.trainable_variables` spanning `span`: (SUM, each list's
+    canonical text), or None unless every term is a model's variable list (by name or attribute)."""
+    whole = [terms for terms in model.sums_in(span) if terms[0][0] == span[0] and terms[-1][1] == span[1]]
+    if len(whole) != 1:
+        return None
+    lists = []
+    for term in whole[0]:
+        uses = model.spans.uses_in(term)
+        if len(uses) != 1 or model.spans.calls_in(term):
+            return None
+        text = _canonical(model, uses[0].name, site)
+        if text is None or not variable_owner(text):
+            return None
+        lists.append(text)
+    return (SUM, *lists)
+
+
+SUM = "+"  # first item of the shape of a sum of lists, which a list literal's never has
+
+
+def _shape(model, expr, site, span=None):
+    """A comparable form of a variable list: a dotted text, a tuple of them, (SUM, texts...) for
+    a sum of lists (`span`: the order span of `expr`, when known), or None."""
     if expr is None:
         return None
+    if expr.kind == "binop" and expr.method == "Add":
+        return _sum_shape(model, span, site) if span is not None else None
+    if expr.kind == "name":
+        assign = _one_value(model, expr.text, site)
+        if assign is not None and assign.value.kind == "binop" and assign.value.method == "Add":
+            return _sum_shape(model, assign.span, assign.site)  # `params = enc.trainable_variables + ...`
     if expr.kind in ("name", "attribute"):
         return _canonical(model, expr.text, site)
     if expr.kind in ("list", "tuple") and expr.elements and all(e.kind in ("name", "attribute") for e in expr.elements):
@@ -273,8 +338,12 @@ def _mismatch(asked, applied) -> str:
             return "another list of variables"
         return ""
     if isinstance(asked, tuple) and isinstance(applied, tuple):
+        if (asked[0] == SUM) != (applied[0] == SUM):
+            return ""  # a sum of lists against a literal list: not comparable item by item
         if sorted(asked) == sorted(applied):
             return "the same variables in another order"
+        if asked[0] == SUM:
+            return "other variables"
         if len(asked) != len(applied):
             return f"a list of {len(applied)} variables, not {len(asked)}"
         return "other variables"
@@ -290,7 +359,11 @@ def _written(expr, shape) -> str:
 
 
 def _text(shape) -> str:
-    return shape if isinstance(shape, str) else "[" + ", ".join(shape) + "]"
+    if isinstance(shape, str):
+        return shape
+    if shape[0] == SUM:
+        return " + ".join(shape[1:])
+    return "[" + ", ".join(shape) + "]"
 
 
 def check(facts):
@@ -305,8 +378,8 @@ def check(facts):
         gradient = _gradient_for(model, spans, zipped.args[0].text, zipped.site)
         if gradient is None:
             continue
-        asked = _shape(model, gradient.arg(1, "sources"), gradient.site)
-        applied = _shape(model, zipped.args[1], zipped.site)
+        asked = _shape(model, gradient.arg(1, "sources"), gradient.site, _arg_span(gradient, 1, "sources"))
+        applied = _shape(model, zipped.args[1], zipped.site, _arg_span(zipped, 1, ""))
         why = _mismatch(asked, applied)
         if why:
             yield report(
