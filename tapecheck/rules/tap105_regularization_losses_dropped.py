@@ -537,7 +537,7 @@ def check(facts):
                 f"`{root}` has regularization ({text} at {_at(line, file, facts.path)}), but the loss "
                 f"`{target.text or 'given'}` differentiated here never adds `{root}.losses`: `fit` would add the "
                 "penalties, this step silently trains without them",
-                HINT,
+                HINT, details={"model": root, "regularization_line": line, "file": file},
             )
             break
 
@@ -557,7 +557,7 @@ def fix(tree, finding):
 
     cst, facts = tree.cst, tree.facts
     call = tree.fact_call(finding)
-    root = finding.message.partition("never adds `")[2].partition(".losses`")[0]
+    root = finding.details.get("model", "")
     if call is None or not root or not all(part.isidentifier() for part in root.split(".")):
         return None
     tape = next((t for c, t in facts.gradient_calls() if c is call), None)
