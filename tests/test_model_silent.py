@@ -127,3 +127,9 @@ def test_a_python_random_flip_mapped_by_a_helper_is_decided_once():
     assert len(bad) == len(good) == 32
     assert len(set(bad)) == 1  # every image flipped, or none
     assert set(good) == {0.0, 1.0}  # flipped for some elements, not for others
+
+
+def test_a_keras_2_decay_argument_leaves_the_learning_rate_constant():
+    assert run("bad", "trainer_time_decay.py", 4) == [0.5] * 4  # `decay=` ignored (a warning)
+    # the schedule it stood for: lr / (1 + decay * step)
+    assert run("good", "trainer_time_decay.py", 4) == pytest.approx([0.5 / (1 + 0.9 * s) for s in range(4)], rel=1e-5)

@@ -5,14 +5,18 @@ Flags calls that Keras 3 (the Keras of TensorFlow 2.16 and later) removed but
 that old training loops and tutorials still make:
 - `metric.reset_states()` on a Keras metric (now `reset_state()`);
 - `lr=` passed to a Keras optimizer (now `learning_rate=`);
+- `decay=` passed to a Keras optimizer (now a learning-rate schedule);
 - `tf.keras.optimizers.legacy.*` optimizers;
-- `optimizer.get_gradients(...)` (use a `tf.GradientTape`).
+- `optimizer.get_gradients(...)` (use a `tf.GradientTape`);
+- `keras.backend.set_learning_phase(...)` (pass `training=` to the model).
 
 ## Why is this bad?
 Each one fails only when the line runs: `AttributeError: 'Mean' object has no
 attribute 'reset_states'` at the end of the first epoch, after the first
 epoch's training time is spent; `ValueError: Argument(s) not recognized:
-{'lr': ...}` when the optimizer is built. Building a legacy optimizer raises
+{'lr': ...}` when the optimizer is built. `decay=` fails silently instead: Keras 3
+logs "Argument `decay` is no longer supported and will be ignored" and trains at
+a constant learning rate. Building a legacy optimizer raises
 `ImportError`, and a `hasattr(tf.keras.optimizers, "legacy")` guard does not
 help: Keras 3 keeps a `legacy` stub module whose optimizers only raise.
 
@@ -59,12 +63,13 @@ from tapecheck.rules._common import flatten, is_keras_class, metric_bindings, re
 
 CODE = "TAP302"
 NAME = "removed-keras-api"
-SUMMARY = "a call Keras 3 removed (`reset_states()`, `lr=`, legacy optimizers)"
+SUMMARY = "a call Keras 3 removed (`reset_states()`, `lr=`, `decay=`, legacy optimizers)"
 PROBE = False
 FIXABLE = True
 
 
 LR_KEYWORD = re.compile(rb"\blr\s*=")
+DECAY_KEYWORD = re.compile(rb"\bdecay\s*=")  # not `weight_decay=`, which Keras 3 has
 
 # Each finding says, in `details`, which API it is about and what to report instead for a
 # Keras 2 (tf_keras) project: `details["keras2"]` is None when Keras 2 has the API, else the
@@ -84,7 +89,9 @@ def screen(source: bytes) -> bool:
     """`reset_states`, `get_gradients`, or an optimizer given `lr` or taken from `legacy`."""
     if b"reset_states" in source or b"get_gradients" in source or b"set_learning_phase" in source:
         return True
-    return b"optimizers" in source and (b"legacy" in source or LR_KEYWORD.search(source) is not None)
+    return b"optimizers" in source and (
+        b"legacy" in source or LR_KEYWORD.search(source) is not None or DECAY_KEYWORD.search(source) is not None
+    )
 
 
 VALID = [
@@ -97,6 +104,13 @@ lstm.reset_states()
     """
 import tensorflow as tf
 opt = tf.keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+""",
+    # Keras 3's own decay: a schedule, or decoupled weight decay
+    """
+import keras
+schedule = keras.optimizers.schedules.InverseTimeDecay(0.01, decay_steps=1, decay_rate=1e-4)
+opt = keras.optimizers.SGD(learning_rate=schedule)
+adamw = keras.optimizers.AdamW(learning_rate=1e-3, weight_decay=1e-4)
 """,
     # a name that only looks like the Keras module: a list of the project's own metrics
     """
@@ -132,6 +146,14 @@ class Trainer:
     """
 from tensorflow.keras.optimizers import legacy
 opt = legacy.Adam(1e-3)  # expect: TAP302
+""",
+    # a time-decay written for Keras 2: ignored by Keras 3, the rate stays 0.01
+    """
+import tensorflow as tf
+class Trainer:
+    def __init__(self, model, base_lr=0.01):
+        self.model = model
+        self.optimizer = tf.keras.optimizers.SGD(base_lr, momentum=0.9, decay=1e-4)  # expect: TAP302
 """,
     # Keras modules bound to names by assignment, used in a trainer class
     """
@@ -211,6 +233,13 @@ def check(facts):
                 "Keras 3 optimizers reject `lr=`: ValueError: Argument(s) not recognized",
                 "Pass `learning_rate=` instead.",
             ), "lr", KERAS2_IGNORES_LR)
+        elif is_keras_class(callee, "optimizers") and "decay" in call.keywords:
+            yield _with(report(
+                facts, call.site, CODE,
+                "Keras 3 optimizers ignore `decay=`: they log a warning and train at a constant learning rate",
+                "Pass a schedule instead: `decay=d` stood for `lr / (1 + d * step)`, which is "
+                "`learning_rate=keras.optimizers.schedules.InverseTimeDecay(lr, decay_steps=1, decay_rate=d)`.",
+            ), "decay", None)  # Keras 2's new optimizers (2.11+): not measured here, silent
         elif call.method == "get_gradients" and call.receiver in optimizers:
             yield _with(report(
                 facts, call.site, CODE,
