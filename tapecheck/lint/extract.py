@@ -551,6 +551,8 @@ class FactsBuilder(FastVisitor):
                 self._visit(term)
                 terms.append((start, self._order))
             self.facts.sums.append(tuple(terms))
+            if len(terms) == 2 and isinstance(node.operator, cst.Subtract):
+                self.facts.differences.append((terms[0][0], terms[1][1]))
             return False  # leave_BinaryOperation still runs (as in libcst): it pops the context
         return None
 

@@ -54,6 +54,8 @@ PYTHON_CASTS = frozenset({"float", "int", "round"})
 INTEGER_DTYPE = re.compile(r"(u?int(8|16|32|64)|bool)")
 # Calls through which nothing flows, by design or because the result is metadata.
 STOP_GRADIENT_CALLS = frozenset({"tensorflow.stop_gradient", "keras.ops.stop_gradient"})
+# Methods of a Keras model that run it in their own loop and return NumPy arrays.
+PREDICT_METHODS = frozenset({"predict", "predict_on_batch"})
 # Reads inside these make no value the loss depends on: printing, shapes. A `stop_gradient` does
 # make one, cut on purpose (a `deliberate` Cut): fine beside a live path, not as the only one.
 STOP_CALLS = frozenset({"print", "tensorflow.print"}) | METADATA_CALLS
@@ -318,6 +320,7 @@ class ProgramModel:
         self._call_graph: dict[int, dict[int, int]] | None = None  # call_graph
         self.memo: dict = {}  # what a rule derives once per file (keyed by the rule's own names)
         self._uses_by_attribute: dict[str, list] | None = None
+        self.differences = frozenset(facts.differences)  # the order spans of `a - b`
         params: dict[int, list[str]] = {}
         for assign in facts.assigns:
             self._assigns_by_scope.setdefault(facts.scope_of(assign.site), []).append(assign)
@@ -1276,7 +1279,8 @@ class Tracer:
                     value.cut_all(Cut(call.site, f"the comparison `{call.operator}`"))
                 elif callee_of(facts, call) in STOP_GRADIENT_CALLS:
                     value.cut_all(Cut(call.site, describe(call), deliberate=True))
-                elif cuts(facts, call):
+                elif cuts(facts, call) or (method_of(call) in PREDICT_METHODS and model.resolve(call) is None):
+                    # `model.predict(x)`: Keras runs the model outside any tape and returns NumPy
                     value.cut_all(Cut(call.site, describe(call), zero=callee_of(facts, call) in ZERO_GRADIENT_OPS))
                 else:
                     value = self._through(call, order, value)
@@ -1295,6 +1299,8 @@ class Tracer:
         for terms in self.model.sums_in(span):
             if len(terms) < 2 or terms in self._expanding:
                 continue  # a sum whose other terms are constants spans no more than its first term
+            if (terms[0][0], terms[-1][1]) in self.model.differences:
+                continue  # `target - prediction`: a target cut from the model is what a target is (DQN)
             self._expanding.add(terms)
             try:
                 flows = [self.judge(term) for term in terms]

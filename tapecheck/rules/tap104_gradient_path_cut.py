@@ -7,7 +7,8 @@ place where every path is cut by an operation that has no gradient: `.numpy()`,
 a NumPy call (`np.mean`, `np.array`...), `float()`, `int()`, `round()`, a
 comparison (`pred > 0.5`, a hard mask), `tf.cast` to an integer or boolean
 dtype, `argmax`/`argmin`/`round`/`floor`/`ceil`, or a Python `if` on a tensor
-that picks a constant; and `tf.sign`, whose gradient is zero rather than None:
+that picks a constant, or `model.predict(x)` (Keras runs the model in its own
+loop and returns NumPy); and `tf.sign`, whose gradient is zero rather than None:
 the weights behind it never move, and nothing warns.
 
 The program model follows the path into the functions the tape calls: a helper
@@ -21,8 +22,9 @@ It also flags a term of a sum (`cls_loss + reg_loss`, `loss += penalty`) that
 depends on the sources only through such a cut while another term keeps them
 live: a multi-head loss whose regression term goes through NumPy. Nothing fails;
 that term adds a constant, and the weights only it reaches (that head) get None.
-A cut factor of a product (per-example weights computed with NumPy) is a
-constant by design and is not flagged. And a `keras.layers.Lambda` inside a
+A cut factor of a product (per-example weights computed with NumPy) and one
+side of a difference (`target - q`, a DQN target computed with `predict` or
+NumPy) are constants by design and are not flagged. And a `keras.layers.Lambda` inside a
 `Sequential([...])` (made here or by a builder function) whose function cuts
 (`Lambda(lambda t: tf.round(t))`): the layers before it get None and never train;
 a straight-through `t + tf.stop_gradient(tf.round(t) - t)` is clean.
@@ -118,10 +120,30 @@ STOP_HINT = (
 SOURCES = "sources"
 
 
+PREDICT_HINT = (
+    "Call the model itself inside the tape (`model(x, training=True)`): `.predict()` runs it in "
+    "its own loop, outside the tape, and returns a NumPy array."
+)
+
+
 def _hint(cut) -> str:
-    return STOP_HINT if cut.deliberate else HINT
+    if cut.deliberate:
+        return STOP_HINT
+    return PREDICT_HINT if cut.what.endswith((".predict()`", ".predict_on_batch()`")) else HINT
 
 VALID = [
+    # DQN: the target is computed from the same network without a gradient, on purpose
+    """
+import numpy as np
+import tensorflow as tf
+def train_step(model, opt, states, actions, rewards, next_states, gamma=0.99):
+    with tf.GradientTape() as tape:
+        targets = rewards + gamma * np.max(model.predict(next_states, verbose=0), axis=1)
+        q = tf.reduce_sum(model(states, training=True) * tf.one_hot(actions, 4), axis=1)
+        loss = tf.reduce_mean(tf.square(targets - q))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # a weight binarised with a straight-through gradient, a fixed one rounded, an integer counter
     """
 import tensorflow as tf
@@ -321,6 +343,17 @@ def step(model, opt, x, y):
 ]
 
 INVALID = [
+    # `predict` inside the tape: Keras runs the model outside it and returns NumPy
+    """
+import tensorflow as tf
+class Trainer:
+    def step(self, x, y):
+        with tf.GradientTape() as tape:
+            pred = self.model.predict(x, verbose=0)  # expect: TAP104
+            loss = self.loss_fn(y, pred)
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.opt.apply_gradients(zip(grads, self.model.trainable_variables))
+""",
     # a layer's own weight reaches its output only through tf.sign: zero gradient, never moves
     """
 import tensorflow as tf
