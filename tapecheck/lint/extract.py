@@ -551,8 +551,8 @@ class FactsBuilder(FastVisitor):
                 self._visit(term)
                 terms.append((start, self._order))
             self.facts.sums.append(tuple(terms))
-            if len(terms) == 2 and isinstance(node.operator, cst.Subtract):
-                self.facts.differences.append((terms[0][0], terms[1][1]))
+            if _subtracts(node):
+                self.facts.differences.append((terms[0][0], terms[-1][1]))
             return False  # leave_BinaryOperation still runs (as in libcst): it pops the context
         return None
 
@@ -611,6 +611,15 @@ class FactsBuilder(FastVisitor):
             self._visit(condition)
         self._visit(node.inner_for_in)
         return False
+
+
+def _subtracts(node) -> bool:
+    """Whether a chain of `+` and `-` subtracts a term (`target - q`, `r + g * v2 - v`)."""
+    while isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
+        if isinstance(node.operator, cst.Subtract) or _subtracts(node.right):
+            return True
+        node = node.left
+    return False
 
 
 def _terms(node):

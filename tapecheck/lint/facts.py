@@ -157,7 +157,7 @@ class FileFacts:
     compares: list[Compare] = field(default_factory=list)
     comprehensions: list[Comprehension] = field(default_factory=list)
     sums: list[tuple[tuple[int, int], ...]] = field(default_factory=list)  # per `a + b - c` (and `+=`): each term's orders
-    differences: list[tuple[int, int]] = field(default_factory=list)  # per `a - b` of two terms: its order span
+    differences: list[tuple[int, int]] = field(default_factory=list)  # the order spans of the sums that subtract a term
     stores: list[Assign] = field(default_factory=list)  # `d[k] = v`: target is the container (`d`), kind "store"
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
     relative_imports: dict[str, str] = field(default_factory=dict)  # `from .models import Net`: Net -> models.Net

@@ -320,7 +320,7 @@ class ProgramModel:
         self._call_graph: dict[int, dict[int, int]] | None = None  # call_graph
         self.memo: dict = {}  # what a rule derives once per file (keyed by the rule's own names)
         self._uses_by_attribute: dict[str, list] | None = None
-        self.differences = frozenset(facts.differences)  # the order spans of `a - b`
+        self.differences = frozenset(facts.differences)  # the order spans of the sums that subtract a term
         params: dict[int, list[str]] = {}
         for assign in facts.assigns:
             self._assigns_by_scope.setdefault(facts.scope_of(assign.site), []).append(assign)
@@ -1300,7 +1300,7 @@ class Tracer:
             if len(terms) < 2 or terms in self._expanding:
                 continue  # a sum whose other terms are constants spans no more than its first term
             if (terms[0][0], terms[-1][1]) in self.model.differences:
-                continue  # `target - prediction`: a target cut from the model is what a target is (DQN)
+                continue  # `target - q`, `r + gamma * q_next - q`: a target cut from the model is what a target is
             self._expanding.add(terms)
             try:
                 flows = [self.judge(term) for term in terms]

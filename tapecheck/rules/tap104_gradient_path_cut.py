@@ -22,9 +22,9 @@ It also flags a term of a sum (`cls_loss + reg_loss`, `loss += penalty`) that
 depends on the sources only through such a cut while another term keeps them
 live: a multi-head loss whose regression term goes through NumPy. Nothing fails;
 that term adds a constant, and the weights only it reaches (that head) get None.
-A cut factor of a product (per-example weights computed with NumPy) and one
-side of a difference (`target - q`, a DQN target computed with `predict` or
-NumPy) are constants by design and are not flagged. And a `keras.layers.Lambda` inside a
+A cut factor of a product (per-example weights computed with NumPy) and a cut
+term of a sum that subtracts (`target - q`, `r + gamma * q_next - q`: a TD target
+computed with `predict` or NumPy) are constants by design and are not flagged. And a `keras.layers.Lambda` inside a
 `Sequential([...])` (made here or by a builder function) whose function cuts
 (`Lambda(lambda t: tf.round(t))`): the layers before it get None and never train;
 a straight-through `t + tf.stop_gradient(tf.round(t) - t)` is clean.
@@ -143,6 +143,16 @@ def train_step(model, opt, states, actions, rewards, next_states, gamma=0.99):
         loss = tf.reduce_mean(tf.square(targets - q))
     grads = tape.gradient(loss, model.trainable_variables)
     opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
+    # a TD error whose bootstrap term is read through NumPy: a semi-gradient target, on purpose
+    """
+import tensorflow as tf
+def critic_step(critic, opt, s, a, r, s2, gamma=0.99):
+    with tf.GradientTape() as tape:
+        q = critic([s, a], training=True)
+        td = r + gamma * critic([s2, a]).numpy() - q
+        loss = tf.reduce_mean(td ** 2)
+    opt.apply_gradients(zip(tape.gradient(loss, critic.trainable_variables), critic.trainable_variables))
 """,
     # a weight binarised with a straight-through gradient, a fixed one rounded, an integer counter
     """
