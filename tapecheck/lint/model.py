@@ -268,6 +268,7 @@ class TapeUse:
     call: Call
     path: tuple[tuple[str, int], ...] = ()  # (function, line of the call it makes next)
     file: str = ""  # set when the `gradient` call is in another file
+    repeated: str = ""  # how one such call asks the tape more than once ("in the loop at line 5 of losses.py")
 
     def where(self) -> str:
         """"in `apply_grads` (line 9)", with the functions between when there are (`gradient` asked in
@@ -286,6 +287,8 @@ class Summary:
     creates: list[Creation] = field(default_factory=list)
     # parameter -> the calls down to a `gradient` asked of it on every call (a tape handed in)
     gradients: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    # parameter -> how one call asks it for gradients more than once ("in the loop at line 5")
+    repeated: dict[str, str] = field(default_factory=dict)
 
 
 class ProgramModel:
@@ -818,9 +821,11 @@ class ProgramModel:
             else:
                 summary.returns.merge(tracer.judge(event.span))
         for call in self.spans.calls:
-            if facts.scope_of(call.site) != key or call.site.in_comprehension or self.guarded(call.site, key):
+            if facts.scope_of(call.site) != key or self.guarded(call.site, key):
                 continue
-            self._asks_gradients(fn, call, summary)
+            self._asks_gradients(fn, call, summary)  # in a comprehension too: as in a loop, once per item
+            if call.site.in_comprehension:
+                continue
             kind = self.state_kind(call)
             if kind:
                 summary.creates.append(Creation(call.site, kind, call.func.text, fn.qualname))
@@ -839,16 +844,35 @@ class ProgramModel:
         return summary
 
     def _asks_gradients(self, fn: Function, call: Call, summary: Summary) -> None:
-        """Note in `summary` a `gradient` asked of a parameter of `fn` by `call`, directly or by a callee."""
-        if call.method in GRADIENT_METHODS and call.receiver in fn.params and call.receiver not in summary.gradients:
-            summary.gradients[call.receiver] = ((fn.qualname, call.site.line),)
+        """Note in `summary` a `gradient` asked of a parameter of `fn` by `call`, directly or by a
+        callee, and whether one call of `fn` asks it more than once (in a loop or a comprehension)."""
+        if call.method in GRADIENT_METHODS and call.receiver in fn.params:
+            summary.gradients.setdefault(call.receiver, ((fn.qualname, call.site.line),))
+            repeats = self._repeats(call)
+            if repeats:
+                summary.repeated.setdefault(call.receiver, repeats)
             return
-        for param, path, _ in self.handed_tapes(call, set(fn.params) - set(summary.gradients)):
-            summary.gradients[param] = ((fn.qualname, call.site.line), *path)
+        for param, path, _, repeated in self.handed_tapes(call, set(fn.params)):
+            summary.gradients.setdefault(param, ((fn.qualname, call.site.line), *path))
+            repeats = repeated or self._repeats(call)
+            if repeats:
+                summary.repeated.setdefault(param, repeats)
+
+    def _repeats(self, call: Call) -> str:
+        """"in a comprehension" / "in the loop at line 7" when `call` may run more than
+        once per call of its function; "" otherwise (a loop it leaves right after, by `return`/`break`)."""
+        facts = self.facts
+        if call.site.in_comprehension:
+            return "in a comprehension"
+        loops = facts.loops_between(None, call.site)
+        if not loops or any(e.site.block == call.site.block and e.site.order > call.site.order
+                            and e.kind != "continue" for e in facts.exits):
+            return ""
+        return f"in the loop at line {facts.blocks[loops[0]].line}"
 
     def handed_tapes(self, call: Call, names):
-        """(name, path, file) for each of `names` that `call` hands, as a plain argument, to a function
-        whose summary asks that parameter for gradients."""
+        """(name, path, file, repeated) for each of `names` that `call` hands, as a plain argument, to
+        a function whose summary asks that parameter for gradients (`repeated`: Summary.repeated)."""
         if not names or not call.args and not call.keywords:
             return
         callee = None
@@ -866,7 +890,10 @@ class ProgramModel:
             param = self.parameter(call, callee, end)
             path = inner.gradients.get(param) if param else None
             if path:
-                yield value.text, path, callee.model.facts.path if callee.model is not self else ""
+                repeated = inner.repeated.get(param, "")
+                if callee.model is not self and "line" in repeated and " of " not in repeated:
+                    repeated += f" of {os.path.basename(callee.model.facts.path)}"  # a line of that file
+                yield value.text, path, callee.model.facts.path if callee.model is not self else "", repeated
 
     def lambda_layer_cut(self, call: Call) -> Cut | None:
         """The cut in the function of a `keras.layers.Lambda` inside the `Sequential([...])` the called
@@ -941,8 +968,8 @@ class ProgramModel:
                     continue
                 if facts.tape_for(tape.name, call.site) is not tape:
                     continue
-                for _, path, file in self.handed_tapes(call, {tape.name}):
-                    uses.append(TapeUse(call, path, file))
+                for _, path, file, repeated in self.handed_tapes(call, {tape.name}):
+                    uses.append(TapeUse(call, path, file, repeated))
                     break
         return sorted(uses, key=lambda use: use.call.site.order)
 

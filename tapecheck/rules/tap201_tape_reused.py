@@ -3,7 +3,11 @@
 ## What it does
 Flags a second `gradient`, `jacobian` or `batch_jacobian` call on a tape made
 without `persistent=True`: two calls in a row, a call inside a loop (or a
-comprehension) over a tape made outside it.
+comprehension) over a tape made outside it. Calls made by the helpers the tape is
+handed to count (`apply_grads(tape, loss_a)` after `tape.gradient(loss_b)`), and so
+does a helper that asks the tape once per item of a loop or a comprehension
+(`[tape.gradient(loss, variables) for loss in losses]`): the finding is on the call
+that hands the tape over.
 
 ## Why is this bad?
 A non-persistent tape frees what it recorded as soon as it computes one set of
@@ -126,6 +130,19 @@ def step(a, b, x):
     del tape
     return ga, gb
 """,
+    # a persistent tape handed to a helper that asks it once per loss
+    """
+import tensorflow as tf
+def per_task(tape, losses, variables):
+    return [tape.gradient(loss, variables) for loss in losses]
+def step(model, x, ys):
+    with tf.GradientTape(persistent=True) as tape:
+        outs = model(x, training=True)
+        losses = [tf.reduce_mean(tf.square(o - y)) for o, y in zip(outs, ys)]
+    grads = per_task(tape, losses, model.trainable_variables)
+    del tape
+    return grads
+""",
     # the same name bound to a fresh tape
     """
 import tensorflow as tf
@@ -154,6 +171,20 @@ def train_step(encoder, head_a, head_b, x, opt_a, opt_b):
         loss_b = tf.reduce_mean(head_b(features, training=True))
     apply_grads(tape, loss_a, head_a, opt_a)
     apply_grads(tape, loss_b, head_b, opt_b)  # expect: TAP201
+""",
+    # one call of a helper asks the tape in a loop: once per task
+    """
+import tensorflow as tf
+def per_task(tape, losses, variables):
+    grads = []
+    for loss in losses:
+        grads.append(tape.gradient(loss, variables))
+    return grads
+def step(model, x, ys):
+    with tf.GradientTape() as tape:
+        outs = model(x, training=True)
+        losses = [tf.reduce_mean(tf.square(o - y)) for o, y in zip(outs, ys)]
+    return per_task(tape, losses, model.trainable_variables)  # expect: TAP201
 """,
     # a trainer's method, asked through another method
     """
@@ -221,6 +252,14 @@ def check(facts):
                 loop for loop in facts.loops_between(tape.site, call.site)
                 if not any(loop in facts.chain(r.id) for r in reentries)
             ]
+            if use.repeated:  # one call of a helper asks the tape in a loop or a comprehension
+                yield report(
+                    facts, call.site, CODE,
+                    f"non-persistent {label} (made at line {tape.site.line}) is handed here to code that asks it "
+                    f"for gradients {use.repeated}{_asked(use)}; the second pass raises RuntimeError",
+                    hint,
+                )
+                continue
             if call.site.in_comprehension or (loops and not _exits_after(facts, call)):
                 where = "in a comprehension" if call.site.in_comprehension and not loops else f"in the loop at line {facts.blocks[loops[0]].line}"
                 yield report(
