@@ -28,7 +28,6 @@ import dataclasses
 import linecache
 import os
 import re
-import sys
 
 from tapecheck.probe import optrace, sites
 
@@ -83,45 +82,11 @@ class FirstStepTrace(optrace.EagerOpTrace):
         super().close()
         self.traced_once.clear()
 
-    def _callback(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
-        info = getattr(self.local, "info", None)
-        if info is None or graph is not None or info.ops is None:
-            return
-        floating_in = any(t.dtype.is_floating for t in inputs)
-        int_out = (bool(outputs) and op_type not in optrace.SHAPE_OPS
-                   and all(t.dtype.is_integer or t.dtype.is_bool for t in outputs))
-        frames = user_frames(sys._getframe(1)) if floating_in and (op_type in optrace.NO_GRADIENT or int_out) else None
-        site = sites.Site(*frames[-1][:2], 1) if frames else sites.user_site()
-        record = (op_type, tuple(_tensor_id(t) for t in inputs), floating_in, int_out, site)
-        for t in outputs:
-            info.ops[_tensor_id(t)] = record
-        if frames and info.cut_frames is not None and site not in info.cut_frames:
-            info.cut_frames[site] = frames
-
 
 def _eager() -> bool:
     from tensorflow.python.eager import context
 
     return context.executing_eagerly()
-
-
-def _tensor_id(t):
-    from tensorflow.python.framework import ops
-
-    return ops.tensor_id(t)
-
-
-def user_frames(frame) -> list[tuple]:
-    """(path, line, function) of each user frame, outermost first."""
-    found = []
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if sites.is_user_file(filename):
-            path = os.path.abspath(filename) if not filename.startswith("<") else filename
-            found.append((path, frame.f_lineno, frame.f_code.co_name))
-        frame = frame.f_back
-    found.reverse()
-    return found
 
 
 def graph_frames(op) -> list[tuple]:

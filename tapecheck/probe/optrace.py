@@ -11,6 +11,8 @@ armed recording at a time; nothing is watched otherwise.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 
 from tensorflow.python.framework import op_callbacks, ops
@@ -72,16 +74,32 @@ class EagerOpTrace:
         info = getattr(self.local, "info", None)
         if info is None or graph is not None or info.ops is None:
             return
-        record = (
-            op_type,
-            tuple(ops.tensor_id(t) for t in inputs),
-            any(t.dtype.is_floating for t in inputs),
-            bool(outputs) and all(t.dtype.is_integer or t.dtype.is_bool for t in outputs),
-            sites.user_site(),
-        )
+        floating_in = any(t.dtype.is_floating for t in inputs)
+        int_out = (bool(outputs) and op_type not in SHAPE_OPS
+                   and all(t.dtype.is_integer or t.dtype.is_bool for t in outputs))
+        cut = floating_in and (op_type in NO_GRADIENT or int_out)
+        # For an op without a gradient only: every user frame that made it (the call path from the tape).
+        frames = user_frames(sys._getframe(1)) if cut else None
+        site = sites.Site(*frames[-1][:2], 1) if frames else sites.user_site()
+        record = (op_type, tuple(ops.tensor_id(t) for t in inputs), floating_in, int_out, site)
         for t in outputs:
             info.ops[ops.tensor_id(t)] = record
-        return
+        cut_frames = getattr(info, "cut_frames", None)
+        if frames and cut_frames is not None and site not in cut_frames:
+            cut_frames[site] = frames
+
+
+def user_frames(frame) -> list[tuple]:
+    """(path, line, function) of each user frame, outermost first."""
+    found = []
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if sites.is_user_file(filename):
+            path = os.path.abspath(filename) if not filename.startswith("<") else filename
+            found.append((path, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    found.reverse()
+    return found
 
 
 def _cuts(record) -> bool:
