@@ -54,9 +54,9 @@ from __future__ import annotations
 import os
 
 from tapecheck.lint.facts import GRADIENT_METHODS
-from tapecheck.rules._common import compiles_a_loss, is_keras_class, report
-from tapecheck.lint.model import TF_FUNCTIONS, VARIABLE_CLASSES, model_of
-from tapecheck.lint.queries import callee_of, method_of
+from tapecheck.rules._common import compiles_a_loss, report
+from tapecheck.lint.model import TF_FUNCTIONS, model_of
+from tapecheck.lint.queries import method_of
 
 CODE = "TAP402"
 NAME = "state-created-in-step"
@@ -186,17 +186,6 @@ for x, y in dataset:
 ]
 
 
-def _kind(facts, call, local_metrics) -> str:
-    callee = callee_of(facts, call)
-    if callee in VARIABLE_CLASSES:
-        return "variable"
-    if is_keras_class(callee, "optimizers") and ".schedules." not in callee:
-        return "optimizer"
-    if is_keras_class(callee, "metrics") or (call.func.kind == "name" and call.func.text in local_metrics):
-        return "metric"
-    return ""
-
-
 def _is_step_work(facts, call) -> bool:
     """A call that computes or applies gradients: the body of a training step."""
     method = method_of(call)
@@ -239,11 +228,7 @@ def _step_loops(facts, work, steps) -> dict[int, int]:
 
 def check(facts):
     model = model_of(facts)
-    local_metrics = {
-        block.name for block in facts.blocks
-        if block.kind == "class" and any(is_keras_class(base, "metrics") for base in block.bases)
-    }
-    makers = [(call, _kind(facts, call, local_metrics)) for call in facts.calls]
+    makers = [(call, model.state_kind(call)) for call in facts.calls]
     makers = [(call, kind) for call, kind in makers if kind and not call.site.in_comprehension]
     work = [call for call in facts.calls if _is_step_work(facts, call)]
     steps = _step_functions(facts, work)
