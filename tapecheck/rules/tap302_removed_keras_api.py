@@ -7,7 +7,8 @@ that old training loops and tutorials still make:
 - `lr=` passed to a Keras optimizer (now `learning_rate=`);
 - `decay=` passed to a Keras optimizer (now a learning-rate schedule);
 - `tf.keras.optimizers.legacy.*` optimizers;
-- `optimizer.get_gradients(...)` (use a `tf.GradientTape`);
+- `optimizer.get_gradients(...)` and `optimizer.minimize(...)` (use a
+  `tf.GradientTape` and `apply_gradients`);
 - `keras.backend.set_learning_phase(...)` (pass `training=` to the model).
 
 ## Why is this bad?
@@ -86,11 +87,13 @@ def _with(finding, api: str, keras2: str | None):
 
 
 def screen(source: bytes) -> bool:
-    """`reset_states`, `get_gradients`, or an optimizer given `lr` or taken from `legacy`."""
+    """`reset_states`, `get_gradients`, or an optimizer given `lr`/`decay`, asked to `minimize` or
+    taken from `legacy`."""
     if b"reset_states" in source or b"get_gradients" in source or b"set_learning_phase" in source:
         return True
     return b"optimizers" in source and (
-        b"legacy" in source or LR_KEYWORD.search(source) is not None or DECAY_KEYWORD.search(source) is not None
+        b"legacy" in source or b"minimize" in source
+        or LR_KEYWORD.search(source) is not None or DECAY_KEYWORD.search(source) is not None
     )
 
 
@@ -104,6 +107,15 @@ lstm.reset_states()
     """
 import tensorflow as tf
 opt = tf.keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+""",
+    # `minimize` of optimizers that are not Keras': TF 1's, SciPy's
+    """
+import scipy.optimize
+import tensorflow as tf
+opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+train_op = opt.minimize(loss)
+optimizers = scipy.optimize
+result = optimizers.minimize(lambda x: (x - 1.0) ** 2, 0.0)
 """,
     # Keras 3's own decay: a schedule, or decoupled weight decay
     """
@@ -146,6 +158,14 @@ class Trainer:
     """
 from tensorflow.keras.optimizers import legacy
 opt = legacy.Adam(1e-3)  # expect: TAP302
+""",
+    # `minimize` of a TF 2 guide: Keras 3 optimizers have no such method
+    """
+import tensorflow as tf
+w = tf.Variable(2.0)
+opt = tf.keras.optimizers.SGD(learning_rate=0.1)
+for _ in range(10):
+    opt.minimize(lambda: w * w, var_list=[w])  # expect: TAP302
 """,
     # a time-decay written for Keras 2: ignored by Keras 3, the rate stays 0.01
     """
@@ -240,6 +260,13 @@ def check(facts):
                 "Pass a schedule instead: `decay=d` stood for `lr / (1 + d * step)`, which is "
                 "`learning_rate=keras.optimizers.schedules.InverseTimeDecay(lr, decay_steps=1, decay_rate=d)`.",
             ), "decay", None)  # Keras 2's new optimizers (2.11+): not measured here, silent
+        elif call.method == "minimize" and call.receiver in optimizers and not optimizers[call.receiver]:
+            yield _with(report(
+                facts, call.site, CODE,
+                f"`{call.receiver}.minimize()` was removed from Keras 3 optimizers: AttributeError",
+                "Compute the loss under `tf.GradientTape`, then "
+                f"`{call.receiver}.apply_gradients(zip(tape.gradient(loss, variables), variables))`.",
+            ), "minimize", None)  # Keras 2 optimizers have it
         elif call.method == "get_gradients" and call.receiver in optimizers:
             yield _with(report(
                 facts, call.site, CODE,
