@@ -163,6 +163,8 @@ class FactsBuilder(FastVisitor):
             return Expr("binop", "", method=node.operator.__class__.__name__)  # `Divide`, `Add`, `Minus`...
         if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Call) and dotted_name(node.value.func) == "super":
             return Expr("super", "", method=node.attr.value)  # `super().call`: the method of a base class
+        if isinstance(node, cst.Attribute):  # `model.get_layer("conv").output`, `model.layers[-1].output`
+            return Expr("other", "", method=node.attr.value)  # the attribute read
         if isinstance(node, cst.Lambda):
             return Expr("lambda", "", value=self._start(node).line + self._line_offset)  # its block's line
         value = literal(node)

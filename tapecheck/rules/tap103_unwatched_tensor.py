@@ -13,7 +13,9 @@ statistics: `[None, None]` in TF 2.21) with no `watch`, and a variable that the
 training loop rebinds to a tensor with a manual update (`w = w - lr * g`): from
 the second pass on it is a plain tensor. And a Keras model or layer given itself
 as the sources (`tape.gradient(loss, self.model)`), instead of its
-`trainable_variables`.
+`trainable_variables`, and a layer's symbolic `.output` given as a source
+(`model.get_layer("conv").output`, `model.layers[-3].output`: the Grad-CAM
+mistake), which no call of the model computed.
 
 ## Why is this bad?
 A tape follows `tf.Variable`s it sees used, and nothing else unless told to:
@@ -49,7 +51,7 @@ dy_dx = tape.gradient(y, x)  # [2.0, 4.0, 6.0]
 
 from tapecheck.lint.facts import Expr
 from tapecheck.lint.model import VARIABLE_CLASSES, Function, Klass, is_keras_class, model_of
-from tapecheck.lint.queries import MODEL_CLASSES, callee_of, is_metadata
+from tapecheck.lint.queries import MODEL_CLASSES, callee_of, is_metadata, method_of
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP103"
@@ -64,6 +66,16 @@ TENSOR_MODULES = frozenset(
 )
 
 VALID = [
+    # Grad-CAM done right: a model that returns the layer's output, called inside the tape
+    """
+import tensorflow as tf
+def gradcam(model, images, layer_name):
+    grad_model = tf.keras.Model(model.inputs, [model.get_layer(layer_name).output, model.output])
+    with tf.GradientTape() as tape:
+        activations, preds = grad_model(images)
+        score = preds[:, 0]
+    return tape.gradient(score, activations)
+""",
     # the normalised input watched; and two models' variable lists joined with `+`
     """
 import tensorflow as tf
@@ -167,6 +179,19 @@ def f(helper):
 ]
 
 INVALID = [
+    # a layer's symbolic output as the source, inline and through a name
+    """
+import tensorflow as tf
+def gradcam(model, images, layer_name):
+    with tf.GradientTape() as tape:
+        score = model(images)[:, 0]
+    return tape.gradient(score, model.get_layer(layer_name).output)  # expect: TAP103
+def layer_saliency(model, x):
+    features = model.layers[-3].output
+    with tf.GradientTape() as tape:
+        score = model(x)[:, 0]
+    return tape.gradient(score, features)  # expect: TAP103
+""",
     # a saliency helper differentiating by the normalised input it made itself
     """
 import tensorflow as tf
@@ -327,6 +352,38 @@ def _kind_of_binding(model, assign, depth: int = 0) -> str:
 MAX_DEPTH = 4  # bindings, returns and callers followed
 
 
+SYMBOLIC = frozenset({"output", "outputs", "input", "inputs"})  # a Keras layer's or model's graph tensors
+
+
+def _symbolic(model, expr, span, site, depth: int = 0) -> str:
+    """How `expr` (spanning `span`) is a layer's or a model's symbolic tensor, "" when it is not
+    known to be one: `model.get_layer("conv").output`, `model.layers[-3].output`, `layer.output`
+    for a name that holds a Keras layer or model, or a name bound once to one of those."""
+    if expr.kind == "attribute":
+        owner, _, attribute = expr.text.rpartition(".")
+        if attribute in SYMBOLIC and owner and _kinds_held(model, owner, site, 0) in ({"model"}, {"layer"}):
+            return f"`{expr.text}`"
+    elif expr.kind == "other" and expr.method in SYMBOLIC and span is not None:
+        # `.get_layer(...)` and `.layers` belong to Keras models (a `tf.Module` has neither)
+        for inner in model.spans.calls_in(span):
+            if method_of(inner) == "get_layer":
+                return f"the `.{expr.method}` of `{inner.func.text or 'get_layer'}(...)`"
+        for use in model.spans.uses_in(span):
+            if use.name.endswith(".layers"):
+                return f"the `.{expr.method}` of a layer of `{use.name}`"
+    elif expr.kind == "name" and depth < MAX_SYMBOLIC_STEPS:
+        reaching = model.facts.reaching_assigns(expr.text, site)
+        if len(reaching) == 1 and reaching[0].kind == "assign" and reaching[0].value is not None:
+            assign = reaching[0]
+            found = _symbolic(model, assign.value, assign.span, assign.site, depth + 1)
+            if found:
+                return f"`{expr.text}` ({found}, line {assign.site.line})"
+    return ""
+
+
+MAX_SYMBOLIC_STEPS = 4
+
+
 def _keras_object(model, source, site) -> str:
     """"model" or "layer" when every value `source` may hold is one Keras object of that kind, else ""."""
     if source.kind not in ("name", "attribute") or not source.text:
@@ -448,7 +505,19 @@ def check(facts):
                 watched.add(arg.text)
         if "*" in watched:
             continue
+        span = next(((start, end) for key, start, end in call.arg_spans if key in (1, "sources")), None)
         for source in flatten(call.arg(1, "sources")):
+            symbolic = _symbolic(model, source, span, call.site)
+            if symbolic:
+                yield report(
+                    facts, call.site, CODE,
+                    f"{symbolic} is a Keras symbolic tensor (the layer's output in the model's definition), "
+                    f"not a tensor `{tape.name}` recorded: `gradient` cannot differentiate by it "
+                    "(Keras 3 raises AttributeError \"'KerasTensor' object has no attribute '_id'\"; Keras 2 returns None)",
+                    "Build a model that returns that output (`keras.Model(model.inputs, [layer.output, model.output])`), "
+                    "call it inside the tape, and ask for the gradient with respect to the tensor it returns.",
+                )
+                continue
             made = _keras_object(model, source, call.site)
             if made:
                 yield report(
