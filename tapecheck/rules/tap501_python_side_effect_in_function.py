@@ -4,8 +4,10 @@
 Inside a function compiled with `@tf.function` (or wrapped by
 `tf.function(f)`), flags Python code that only runs while the function is
 traced: `.numpy()`, `float()`/`int()`/`bool()` of a tensor, `print` of a tensor,
-and draws from Python's `random` or `np.random`. The same holds in a function
-mapped over a `tf.data` dataset (`Dataset.map` traces it), an object's `__call__`
+draws from Python's `random` or `np.random`, and a tensor appended to a list made
+outside the function (`self.history.append(loss)`: one symbolic tensor, once).
+The same holds in a function mapped over a `tf.data` dataset (`Dataset.map`
+traces it), an object's `__call__`
 given to `map` (`ds.map(Augmenter(0.1))`) included, and in the functions and
 methods these call. A dataset is followed from its `tf.data` call through rebinding
 (`ds = ds.shuffle(1024)`), chained dataset methods, functions that return it and
@@ -118,6 +120,19 @@ NOT_TENSORS = frozenset({"self", "cls"})
 PYTHON_ANNOTATIONS = frozenset({"int", "float", "bool", "str"})
 
 VALID = [
+    # a list built inside the function and stacked, a list handed in, a trace counter
+    """
+import tensorflow as tf
+traces = []
+@tf.function
+def unrolled(model, x, extra):
+    outputs = []
+    for i in range(3):
+        outputs.append(model(x[i]))
+    extra.append(x)
+    traces.append(1)
+    return tf.stack(outputs)
+""",
     # the same object drawing with tf.random: a new draw for every element
     """
 import tensorflow as tf
@@ -226,6 +241,20 @@ def eager_step(model, opt, x, y):
 ]
 
 INVALID = [
+    # the trainer's history list gets one symbolic tensor, at trace time
+    """
+import tensorflow as tf
+class Trainer:
+    def __init__(self):
+        self.history = []
+    @tf.function
+    def train_step(self, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.model(x, training=True) - y))
+        self.opt.apply_gradients(zip(tape.gradient(loss, self.model.trainable_variables), self.model.trainable_variables))
+        self.history.append(loss)  # expect: TAP501
+        return loss
+""",
     # an augmentation object mapped over a dataset: its __call__ is traced once
     """
 import numpy as np
@@ -513,6 +542,18 @@ def _finding(facts, spans, call, names, tracer=FUNCTION) -> tuple[str, str] | No
             f"and every {each} reuses it",
             "Draw it with tf.random (or a tf.random.Generator) inside the function.",
         )
+    appended = call.args[0] if len(call.args) == 1 else None
+    converted = appended is not None and appended.kind == "call" and (
+        appended.method == "numpy" or appended.func_text in PYTHON_CONVERSIONS)  # reported as itself
+    if (method_of(call) == "append" and appended is not None and not converted and not call.keywords
+            and _outer_list(facts, call) and _reads_tensor(facts, spans, call_span(call), names)):
+        # a list made outside the function (`self.history`, a global): appended to once, while tracing
+        return (
+            f"`{call.receiver}.append()` runs once, while {by} traces: the list keeps a symbolic tensor "
+            "(using it later raises TypeError: out of scope) and later calls append nothing",
+            "Return the value and append it outside the function, or keep it in a tf.Variable, a "
+            "tf.TensorArray or a Keras metric.",
+        )
     if call.func.kind != "name" or call.func.text in facts.imports:
         return None
     if call.func.text in PYTHON_CONVERSIONS and _reads_tensor(facts, spans, call_span(call), names):
@@ -527,6 +568,20 @@ def _finding(facts, spans, call, names, tracer=FUNCTION) -> tuple[str, str] | No
             "Use tf.print to print at every step.",
         )
     return None
+
+
+def _outer_list(facts, call) -> bool:
+    """`self.history.append(...)` in a method, `losses.append(...)` of a module-level or enclosing
+    list: the list outlives the trace. A list bound in the function itself (a parameter, a local
+    built up and stacked) is left alone."""
+    receiver = call.receiver
+    if not receiver or facts.reaching_assigns(receiver, call.site):
+        return False
+    head, dot, _ = receiver.partition(".")
+    if not dot:
+        return True
+    fn = model_of(facts).functions.get(facts.scope_of(call.site))
+    return (fn is not None and fn.bound and head == fn.self_name) or not facts.reaching_assigns(head, call.site)
 
 
 def _trace_marker(call) -> bool:
