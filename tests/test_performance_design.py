@@ -313,6 +313,21 @@ def test_processes_give_the_single_process_results_in_order(tree):
     assert sorted(pieces.findings) == one.findings and sorted(pieces.errors) == one.errors
 
 
+def test_batches_follow_the_largest_first_order_and_cut_by_size():
+    sizes = [300_000, 10, 200_000, 100_000, 10]
+    pending = [(i, f"f{i}.py", b"x" * n, None) for i, n in enumerate(sizes)]
+    order = sorted(range(len(pending)), key=lambda i: -len(pending[i][2]))
+    # a file over BATCH_BYTES alone; then files until a batch reaches BATCH_BYTES
+    assert parallel._batches(pending, order) == [[0], [2, 3], [1, 4]]
+
+
+def test_results_come_back_in_order_across_many_batches(tree, monkeypatch):
+    one = lint_paths([str(tree)], jobs=1)
+    monkeypatch.setattr(parallel, "BATCH_BYTES", 1)  # every file a batch of its own
+    two = lint_paths([str(tree)], jobs=2)
+    assert (two.findings, two.errors, two.files_checked) == (one.findings, one.errors, one.files_checked)
+
+
 def test_small_runs_stay_in_one_process():
     assert parallel._choose_jobs(None, 3, 10_000, RULES) == 1
     assert parallel._choose_jobs(None, 400, 10_000_000, RULES) == max(1, min(parallel.available_cpus(), 100))

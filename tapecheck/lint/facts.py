@@ -109,6 +109,25 @@ class Call:
             return self.keywords[keyword]
         return self.args[index] if index < len(self.args) else None
 
+    def passed(self, key: int | str) -> Expr | None:
+        """The argument an `arg_spans` key names (a position or a keyword); None for `*args`."""
+        if isinstance(key, str):
+            return self.keywords.get(key)
+        return self.args[key] if 0 <= key < len(self.args) else None
+
+    def arg_span(self, index: int, keyword: str) -> tuple[int, int] | None:
+        """The order span of the argument passed at `index` or as `keyword`, or None."""
+        return next(((start, end) for key, start, end in self.arg_spans if key in (index, keyword)), None)
+
+    def span_of(self, argument: Expr) -> tuple[int, int] | None:
+        """The order span of `argument` (one of this call's own argument expressions), or None."""
+        return next(((start, end) for key, start, end in self.arg_spans if self.passed(key) is argument), None)
+
+    @property
+    def first_arg(self) -> int:
+        """The order where the arguments begin: the events up to it are the callee's (`f`, `x.m`)."""
+        return min((start for _, start, _ in self.arg_spans), default=self.end_order)
+
 
 @dataclass(slots=True, frozen=True)
 class Use:
@@ -191,6 +210,10 @@ class FileFacts:
 
     def inside(self, site: Site, block_id: int) -> bool:
         return block_id in self.chain(site.block)
+
+    def exits_after(self, site: Site) -> bool:
+        """A `return`/`break`/`raise` later in the suite of `site`: a loop around it ends that pass there."""
+        return any(e.site.block == site.block and e.site.order > site.order and e.kind != "continue" for e in self.exits)
 
     def loops_between(self, outer: Site | None, inner: Site) -> list[int]:
         """Loop blocks that hold `inner` but not `outer`, within inner's scope."""

@@ -765,8 +765,7 @@ class ProgramModel:
             call.func.kind in ("attribute", "super")
             or isinstance(self.binding(call.func.text, call.site), (Instance, Klass))  # `Net(x)` runs `__init__(self, x)`
         )
-        first_arg = min((start for _, start, _ in call.arg_spans), default=call.end_order)
-        if order <= first_arg:
+        if order <= call.first_arg:
             return fn.self_name if bound_by_call else ""
         positional = fn.params[1:] if bound_by_call else fn.params
         for key, start, end in call.arg_spans:
@@ -865,8 +864,7 @@ class ProgramModel:
         if call.site.in_comprehension:
             return "in a comprehension"
         loops = facts.loops_between(None, call.site)
-        if not loops or any(e.site.block == call.site.block and e.site.order > call.site.order
-                            and e.kind != "continue" for e in facts.exits):
+        if not loops or facts.exits_after(call.site):
             return ""
         return f"in the loop at line {facts.blocks[loops[0]].line}"
 
@@ -876,8 +874,8 @@ class ProgramModel:
         if not names or not call.args and not call.keywords:
             return
         callee = None
-        for position, (key, _, end) in enumerate(call.arg_spans):
-            value = call.keywords.get(key) if isinstance(key, str) else (call.args[key] if 0 <= key < len(call.args) else None)
+        for key, _, end in call.arg_spans:
+            value = call.passed(key)
             if value is None or value.kind != "name" or value.text not in names:
                 continue
             if callee is None:
@@ -1078,8 +1076,7 @@ class ProgramModel:
             value = None
             for key, _, end in call.arg_spans:
                 if key != -1 and self.parameter(call, fn, end) == param:
-                    value = call.keywords.get(key) if isinstance(key, str) else (
-                        call.args[key] if 0 <= key < len(call.args) else None)
+                    value = call.passed(key)
                     break
             if value is None:
                 return None
@@ -1386,8 +1383,7 @@ class Tracer:
         if fn is None:
             cut = model.lambda_layer_cut(call) if call.func.kind in ("name", "attribute") else None
             if cut is not None and value.live:
-                first_arg = min((start for _, start, _ in call.arg_spans), default=call.end_order)
-                if order <= first_arg:  # the model's own variables: those of the layers before it are cut
+                if order <= call.first_arg:  # the model's own variables: those of the layers before it are cut
                     for origin in value.live:
                         value.partial.setdefault(origin, cut)
                 else:  # the input goes through every layer, the Lambda's too

@@ -353,6 +353,7 @@ MAX_DEPTH = 4  # bindings, returns and callers followed
 
 
 SYMBOLIC = frozenset({"output", "outputs", "input", "inputs"})  # a Keras layer's or model's graph tensors
+MAX_SYMBOLIC_STEPS = 4  # names bound to names followed back to the `.output`
 
 
 def _symbolic(model, expr, span, site, depth: int = 0) -> str:
@@ -379,9 +380,6 @@ def _symbolic(model, expr, span, site, depth: int = 0) -> str:
             if found:
                 return f"`{expr.text}` ({found}, line {assign.site.line})"
     return ""
-
-
-MAX_SYMBOLIC_STEPS = 4
 
 
 def _keras_object(model, source, site) -> str:
@@ -505,7 +503,7 @@ def check(facts):
                 watched.add(arg.text)
         if "*" in watched:
             continue
-        span = next(((start, end) for key, start, end in call.arg_spans if key in (1, "sources")), None)
+        span = call.arg_span(1, "sources")
         for source in flatten(call.arg(1, "sources")):
             symbolic = _symbolic(model, source, span, call.site)
             if symbolic:

@@ -225,10 +225,6 @@ def per_loss(model, x, losses):
 ]
 
 
-def _exits_after(facts, call) -> bool:
-    return any(e.site.block == call.site.block and e.site.order > call.site.order and e.kind != "continue" for e in facts.exits)
-
-
 def _asked(use) -> str:
     """`, in `apply_grads` (line 9)` for a use through a helper, else ""."""
     where = use.where()
@@ -260,7 +256,7 @@ def check(facts):
                     hint,
                 )
                 continue
-            if call.site.in_comprehension or (loops and not _exits_after(facts, call)):
+            if call.site.in_comprehension or (loops and not facts.exits_after(call.site)):
                 where = "in a comprehension" if call.site.in_comprehension and not loops else f"in the loop at line {facts.blocks[loops[0]].line}"
                 yield report(
                     facts, call.site, CODE,

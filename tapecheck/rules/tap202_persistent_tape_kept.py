@@ -160,8 +160,6 @@ def _needs_persistence(facts, tape, call) -> bool:
     return facts.records(tape, call.site)  # asked mid-recording so that recording goes on
 
 
-
-
 def _kept(facts, tape):
     """Where a persistent tape is handed to something that outlives the step: `self.x = tape`,
     `tapes.append(tape)`, `tapes[k] = tape`. (site, holder's name, how to say it) or None."""

@@ -284,11 +284,6 @@ def _canonical(model, text, site):
     return text
 
 
-def _arg_span(call, index: int, keyword: str):
-    """The order span of the argument `call` passes at `index` or as `keyword`, or None."""
-    return next(((start, end) for key, start, end in call.arg_spans if key in (index, keyword)), None)
-
-
 def _sum_shape(model, span, site):
     """`enc.trainable_variables + dec.trainable_variables` spanning `span`: (SUM, each list's
     canonical text), or None unless every term is a model's variable list (by name or attribute)."""
@@ -378,8 +373,8 @@ def check(facts):
         gradient = _gradient_for(model, spans, zipped.args[0].text, zipped.site)
         if gradient is None:
             continue
-        asked = _shape(model, gradient.arg(1, "sources"), gradient.site, _arg_span(gradient, 1, "sources"))
-        applied = _shape(model, zipped.args[1], zipped.site, _arg_span(zipped, 1, ""))
+        asked = _shape(model, gradient.arg(1, "sources"), gradient.site, gradient.arg_span(1, "sources"))
+        applied = _shape(model, zipped.args[1], zipped.site, zipped.arg_span(1, ""))
         why = _mismatch(asked, applied)
         if why:
             yield report(

@@ -327,7 +327,7 @@ def _zip_variables(model, call):
     if pairs is None:
         return None
     if pairs.kind == "call":
-        span = next(((start, end) for k, start, end in call.arg_spans if k in (0, "grads_and_vars")), None)
+        span = call.arg_span(0, "grads_and_vars")
         site = call.site
     elif pairs.kind == "name":
         assign = model.assign_here(pairs.text, call.site)

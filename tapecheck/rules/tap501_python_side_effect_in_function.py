@@ -371,9 +371,8 @@ def _receiver_is_dataset(model, call, depth: int) -> bool:
     if call.receiver:
         return _holds_dataset(model, call.receiver, call.site, depth + 1)
     # a chain (`tf.data.Dataset.from_tensor_slices(x).shuffle(8).map(f)`): the calls it is made on
-    first_arg = min((start for _, start, _ in call.arg_spans), default=call.end_order)
     return any(_yields_dataset(model, inner, depth + 1)
-               for inner in model.spans.calls_in((call.site.order, first_arg)))
+               for inner in model.spans.calls_in((call.site.order, call.first_arg)))
 
 
 def _yields_dataset(model, call, depth: int) -> bool:
@@ -425,15 +424,9 @@ def _is_dataset_argument(model, caller, argument, depth: int) -> bool:
     """What `caller` passes as `argument` is a dataset: a name holding one, or a call making one."""
     if argument.kind == "name":
         return _holds_dataset(model, argument.text, caller.site, depth)
-    if argument.kind != "call":
-        return False
-    for key, start, end in caller.arg_spans:
-        passed = caller.keywords.get(key) if isinstance(key, str) else (
-            caller.args[key] if 0 <= key < len(caller.args) else None)
-        if passed is argument:
-            made = model.call_at((start, end), argument)
-            return made is not None and _yields_dataset(model, made, depth)
-    return False
+    span = caller.span_of(argument) if argument.kind == "call" else None
+    made = model.call_at(span, argument) if span is not None else None
+    return made is not None and _yields_dataset(model, made, depth)
 
 
 # What traces a function, and what then reuses each value frozen into its graph.
@@ -447,7 +440,7 @@ def _graph_functions(facts) -> dict[int, tuple[str, str, tuple[str, str]]]:
     block id -> (how the message says it runs traced, the function's name, FUNCTION or MAP)."""
     model = model_of(facts)
     wrapped = set()
-    mapped: dict[int, tuple[str, str]] = {}
+    mapped: dict[int, tuple[str, str, tuple[str, str]]] = {}
     for call in facts.calls:
         if not call.args:
             continue
