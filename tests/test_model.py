@@ -223,3 +223,28 @@ def test_a_call_chain_is_followed_to_its_cut():
 def test_a_huge_call_chain_stays_bounded_and_silent():
     """Past MAX_CALL_DEPTH calls the model knows nothing, and says nothing (no crash, no guess)."""
     assert lint_source(chain_program(3000), "example.py") == []
+
+
+def test_a_tape_handed_to_a_helper_of_another_module_that_asks_it_in_a_loop(tmp_path):
+    """Every "line N" of the message says its file: the loop and the call are in helpers.py."""
+    from tapecheck.lint import lint_paths
+
+    (tmp_path / "helpers.py").write_text(textwrap.dedent("""\
+        def per_task(tape, losses, variables):
+            grads = []
+            for loss in losses:
+                grads.append(tape.gradient(loss, variables))
+            return grads
+        """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import tensorflow as tf
+        from helpers import per_task
+
+        def step(model, x, ys):
+            with tf.GradientTape() as tape:
+                losses = [tf.reduce_mean(o - y) for o, y in zip(model(x, training=True), ys)]
+            return per_task(tape, losses, model.trainable_variables)
+        """))
+    (finding,) = lint_paths([str(tmp_path / "train.py")], jobs=1).findings
+    assert (finding.code, finding.line) == ("TAP201", 7)
+    assert "in the loop at line 3 of helpers.py, in `per_task` (line 4 of helpers.py)" in finding.message
