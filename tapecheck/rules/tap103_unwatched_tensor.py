@@ -76,6 +76,16 @@ def gradcam(model, images, layer_name):
         score = preds[:, 0]
     return tape.gradient(score, activations)
 """,
+    # an activation this call computed, kept on self: the tape recorded it
+    """
+import tensorflow as tf
+class Probe:
+    def run(self, x):
+        with tf.GradientTape() as tape:
+            self.features = self.encoder(x)
+            score = tf.reduce_sum(self.head(self.features))
+        return tape.gradient(score, self.features)
+""",
     # the normalised input watched; and two models' variable lists joined with `+`
     """
 import tensorflow as tf
@@ -191,6 +201,14 @@ def layer_saliency(model, x):
     with tf.GradientTape() as tape:
         score = model(x)[:, 0]
     return tape.gradient(score, features)  # expect: TAP103
+class GradCAM:
+    def __init__(self, model, layer_name):
+        self.model = model
+        self.activations = model.get_layer(layer_name).output
+    def heatmap(self, images):
+        with tf.GradientTape() as tape:
+            score = self.model(images)[:, 0]
+        return tape.gradient(score, self.activations)  # expect: TAP103
 """,
     # a saliency helper differentiating by the normalised input it made itself
     """
@@ -359,12 +377,13 @@ MAX_SYMBOLIC_STEPS = 4  # names bound to names followed back to the `.output`
 def _symbolic(model, expr, span, site, depth: int = 0) -> str:
     """How `expr` (spanning `span`) is a layer's or a model's symbolic tensor, "" when it is not
     known to be one: `model.get_layer("conv").output`, `model.layers[-3].output`, `layer.output`
-    for a name that holds a Keras layer or model, or a name bound once to one of those."""
+    for a name that holds a Keras layer or model, or a name or `self.` attribute bound once to
+    one of those."""
     if expr.kind == "attribute":
         owner, _, attribute = expr.text.rpartition(".")
         if attribute in SYMBOLIC and owner and _kinds_held(model, owner, site, 0) in ({"model"}, {"layer"}):
             return f"`{expr.text}`"
-    elif expr.kind == "other" and expr.method in SYMBOLIC and span is not None:
+    if expr.kind == "other" and expr.method in SYMBOLIC and span is not None:
         # `.get_layer(...)` and `.layers` belong to Keras models (a `tf.Module` has neither)
         for inner in model.spans.calls_in(span):
             if method_of(inner) == "get_layer":
@@ -372,10 +391,11 @@ def _symbolic(model, expr, span, site, depth: int = 0) -> str:
         for use in model.spans.uses_in(span):
             if use.name.endswith(".layers"):
                 return f"the `.{expr.method}` of a layer of `{use.name}`"
-    elif expr.kind == "name" and depth < MAX_SYMBOLIC_STEPS:
-        reaching = model.facts.reaching_assigns(expr.text, site)
-        if len(reaching) == 1 and reaching[0].kind == "assign" and reaching[0].value is not None:
-            assign = reaching[0]
+    if expr.kind in ("name", "attribute") and depth < MAX_SYMBOLIC_STEPS:
+        # bound once to one of those: a name, or `self.x` set in any method (`__init__` of an explainer)
+        bindings = model.assigns_of(expr.text, site)
+        if len(bindings) == 1 and bindings[0].kind == "assign" and bindings[0].value is not None:
+            assign = bindings[0]
             found = _symbolic(model, assign.value, assign.span, assign.site, depth + 1)
             if found:
                 return f"`{expr.text}` ({found}, line {assign.site.line})"
