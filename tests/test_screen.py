@@ -58,3 +58,50 @@ def test_the_screen_rejects_a_file_with_only_part_of_what_the_rule_needs(code):
     from tapecheck.rules import RULES_BY_CODE
 
     assert rule_screen(RULES_BY_CODE[code])(NOT_ENOUGH[code]) is False
+
+
+# Searches rewritten to start with a literal (found at memchr speed) must answer as the
+# patterns they replace did: the same for the Keras 2 marker and the `loss=` keyword, a
+# superset for the imports of TensorFlow.
+import re  # noqa: E402
+
+MARKER_CASES = [
+    b"import tf_keras\n", b"from tf_keras import layers\n", b"import\ttf_keras as k\n", b"xfrom tf_keras import a\n",
+    b"import tf_keras2\n", b"os.environ['TF_USE_LEGACY_KERAS'] = '1'\n", b"tf_keras = 1\n", b"# tf_keras\n", b"",
+]
+LOSS_CASES = [
+    b"model.compile(loss=my_loss)\n", b"model.compile(loss = \\\n  focal)\n", b"x = val_loss=3\n", b"loss='mse'\n",
+    b"total_loss=x\n", b"(loss=f)", b"loss=f", b"_loss=f\n", b"9loss=f\n", b".loss=f\n", b"loss=\n",
+]
+IMPORT_CASES = [
+    b"import tensorflow as tf\n", b"from tensorflow import function\n", b"from tensorflow.compat.v2 import (\n  function)\n",
+    b"import tensorflow.compat.v1 as tf\nfrom tensorflow import keras\n", b"from x import tensorflow\n", b"import os\n",
+    b"from tensorflow import keras, \\\n  function as f\n",
+]
+
+
+@pytest.mark.parametrize("source", MARKER_CASES)
+def test_the_keras2_marker_search_answers_as_its_pattern(source):
+    from tapecheck.lint.parallel import KERAS2_MARKER, keras2_marked
+
+    assert keras2_marked(source) is (KERAS2_MARKER.search(source) is not None)
+
+
+@pytest.mark.parametrize("source", LOSS_CASES)
+def test_the_loss_keyword_search_answers_as_the_word_bounded_pattern(source):
+    from tapecheck.rules._common import _loss_keyword
+
+    bounded = re.compile(rb"\bloss[ \t]*=[ \t\\\n]*[^\s\"'#]")
+    assert _loss_keyword(source) is (bounded.search(source) is not None)
+
+
+@pytest.mark.parametrize("source", IMPORT_CASES)
+def test_the_tensorflow_imports_are_found_as_the_one_pattern_found_them(source):
+    from tapecheck.rules.tap501_python_side_effect_in_function import TF_IMPORTS, TF_MODULE
+
+    one = re.compile(
+        rb"(?:from[ \t]+" + TF_MODULE + rb"[ \t]+import|import[ \t]+" + TF_MODULE + rb")[ \t]*"
+        rb"(\([^)]*\)|(?:[^\n\\]|\\\n)*)"
+    )
+    found = {(m.start(), m.group(0)) for pattern in TF_IMPORTS for m in pattern.finditer(source)}
+    assert {(m.start(), m.group(0)) for m in one.finditer(source)} <= found

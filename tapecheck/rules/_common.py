@@ -42,7 +42,10 @@ def metric_bindings(facts) -> dict[str, list]:
 
 # `loss=` given something not a string (a string names a Keras loss: nothing to read), or a
 # second positional argument of `compile` that is a name.
-LOSS_VALUE = re.compile(rb"\bloss[ \t]*=[ \t\\\n]*[^\s\"'#]")
+# Searched without its leading `\\b` (a pattern that starts with a literal is found at memchr
+# speed; `\\b` first made `re` try every byte: 0.30 s on tensorflow+keras, now 0.03 s), then
+# each match's preceding byte is checked.
+LOSS_VALUE = re.compile(rb"loss[ \t]*=[ \t\\\n]*[^\s\"'#]")
 POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_]")
 COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
 
@@ -59,4 +62,13 @@ def compiles_a_loss(source: bytes) -> bool:
     """A screen for rules that read losses given to `compile` (TAP104, TAP402)."""
     if b"compile" not in source or COMPILE_CALL.search(source) is None:
         return False
-    return LOSS_VALUE.search(source) is not None or POSITIONAL_LOSS.search(source) is not None
+    return _loss_keyword(source) or POSITIONAL_LOSS.search(source) is not None
+
+
+def _loss_keyword(source: bytes) -> bool:
+    """`\\bloss[ \\t]*=...`: a LOSS_VALUE match not preceded by a word character."""
+    for match in LOSS_VALUE.finditer(source):
+        before = source[match.start() - 1:match.start()]
+        if not (before.isalnum() or before == b"_"):
+            return True
+    return False

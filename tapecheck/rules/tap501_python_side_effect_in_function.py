@@ -84,9 +84,13 @@ PROBE = False  # no runtime twin in tapecheck.probe yet
 # The modules whose `function` the rule knows (TF_FUNCTIONS), and whole import statements of
 # them (parenthesized and backslash-continued names too).
 TF_MODULE = rb"tensorflow(?:\.compat(?:\.v[12])?)?"
-TF_IMPORT = re.compile(
-    rb"(?:from[ \t]+" + TF_MODULE + rb"[ \t]+import|import[ \t]+" + TF_MODULE + rb")[ \t]*"
-    rb"(\([^)]*\)|(?:[^\n\\]|\\\n)*)"
+# Two patterns, each starting with a literal (found at memchr speed; one alternation made `re`
+# try every byte: 0.21 s on tensorflow+keras, now 0.07 s). Together they find every import the
+# alternation found (and, at most, overlapping ones it skipped: the screen only says yes more).
+_IMPORTED = rb"[ \t]*(\([^)]*\)|(?:[^\n\\]|\\\n)*)"
+TF_IMPORTS = (
+    re.compile(rb"from[ \t]+" + TF_MODULE + rb"[ \t]+import" + _IMPORTED),
+    re.compile(rb"import[ \t]+" + TF_MODULE + _IMPORTED),
 )
 
 
@@ -96,10 +100,10 @@ def screen(source: bytes) -> bool:
     or a `.map(` of a `tf.data` dataset."""
     if b"tensorflow" not in source:
         return False
-    if b"data." in source and re.search(rb"\.[\s\\]*map[\s\\]*\(", source):
+    if b"data." in source and b"map" in source and re.search(rb"\.[\s\\]*map[\s\\]*\(", source):
         return True  # a function mapped over a tf.data dataset is traced
     names = set()
-    for statement in TF_IMPORT.finditer(source):
+    for statement in (found for pattern in TF_IMPORTS for found in pattern.finditer(source)):
         text = statement.group(0)
         if text.startswith(b"from") and b"function" in statement.group(1):
             return True
