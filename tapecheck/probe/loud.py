@@ -159,7 +159,27 @@ _REMOVED_ATTRIBUTES = {
                            "Pass `training=True` (or False) to each model call instead."),
     "learning_phase": ("`keras.backend.learning_phase()` was removed in Keras 3",
                        "Pass `training=True` (or False) to each model call instead."),
+    "lr": ("Keras 3 optimizers have no `lr` attribute (it was an alias of `learning_rate`)",
+           "Read or assign `optimizer.learning_rate` (assigning `optimizer.lr` would set a new attribute "
+           "and leave the rate unchanged)."),
+    **{name: (f"`Model.{name}()` was removed in Keras 3", f"Call `{instead}`.") for name, instead in (
+        ("fit_generator", "fit` (it takes generators and `tf.data` datasets"),
+        ("evaluate_generator", "evaluate` (it takes generators and `tf.data` datasets"),
+        ("predict_generator", "predict` (it takes generators and `tf.data` datasets"),
+        ("predict_classes", "np.argmax(model.predict(x), axis=-1)"),
+        ("predict_proba", "predict"),
+    )},
 }
+# The ValueErrors Keras 3 raises for a path only Keras 2 could save to or load from (measured on
+# Keras 3.15), as the start of their text.
+_REFUSED_PATHS = (
+    "The filename must end in `.weights.h5`",
+    "Invalid filepath extension for saving",
+    "The `save_format` argument is deprecated in Keras 3",
+    "When using `save_weights_only=True` in `ModelCheckpoint`",
+    "The filepath provided must end in `.keras`",
+    "File format not supported: filepath=",
+)
 _KERAS2_ARGUMENTS = {"lr": "learning_rate"}
 
 
@@ -187,6 +207,13 @@ def removed_api(exc):
                            message=f"Keras 3 optimizers no longer take {', '.join(f'`{k}=`' for k in old)}: "
                                    "the constructor raises ValueError",
                            hint=f"Rename the argument: {renamed}.")
+    if isinstance(exc, ValueError) and text.startswith(_REFUSED_PATHS) and passes_through(exc, "/keras/src/"):
+        return Explanation(code="TAP302", cause="refused-path",
+                           message="Keras 3 saves and loads only `.keras` models and `.weights.h5` weights "
+                                   "(`.h5` too, for whole models): no TensorFlow checkpoints or SavedModel folders, "
+                                   "so this raises ValueError",
+                           hint="Name weight files `....weights.h5` and model files `....keras`; for a TensorFlow "
+                                "checkpoint use `tf.train.Checkpoint(model=model)`, for a SavedModel `model.export(path)`.")
     if isinstance(exc, ImportError) and "keras.optimizers.legacy" in text and "not supported in Keras 3" in text:
         return Explanation(code="TAP302", cause="legacy-optimizer",
                            message="`tf.keras.optimizers.legacy` optimizers do not exist in Keras 3 "
