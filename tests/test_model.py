@@ -248,3 +248,45 @@ def test_a_tape_handed_to_a_helper_of_another_module_that_asks_it_in_a_loop(tmp_
     (finding,) = lint_paths([str(tmp_path / "train.py")], jobs=1).findings
     assert (finding.code, finding.line) == ("TAP201", 7)
     assert "in the loop at line 3 of helpers.py, in `per_task` (line 4 of helpers.py)" in finding.message
+
+
+def test_the_model_knows_which_names_hold_a_keras_model(tmp_path):
+    """`holds_a_model`: built here or by a function of another module, handed to a trainer's
+    constructor, `self` in a Model subclass, `self.model` in a callback; unknown is False."""
+    from tapecheck.lint.engine import read_source
+    from tapecheck.lint.model import model_of
+
+    (tmp_path / "nets.py").write_text(textwrap.dedent("""\
+        import keras
+        def build():
+            return keras.Sequential([keras.layers.Dense(1)])
+    """), encoding="utf-8")
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import keras
+        from nets import build
+        class Net(keras.Model):
+            def call(self, x):
+                return self.save_weights("a.weights.h5")
+        class Plain:
+            def run(self):
+                return self.save_weights("a.weights.h5")
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+            def end(self):
+                self.model.save_weights("b.weights.h5")
+        class Saver(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                self.model.save_weights("c.weights.h5")
+        def keep(thing):
+            thing.save_weights("d.weights.h5")
+        loaded = keras.models.load_model("m.keras")
+        Trainer(build()).end()
+        keep(object())
+        loaded.save_weights("e.weights.h5")
+    """), encoding="utf-8")
+    path = str(tmp_path / "train.py")
+    m = model_of(_facts(read_source(path), path))
+    saves = {c.site.line: c for c in m.facts.calls if c.method == "save_weights"}
+    holds = {line: m.holds_a_model(call.receiver, call.site) for line, call in saves.items()}
+    assert holds == {5: True, 8: False, 13: True, 16: True, 18: False, 22: True}

@@ -59,6 +59,30 @@ def literal(node: cst.BaseExpression):
 NOT_LITERAL = object()
 
 
+def _fstring(node) -> Expr:
+    """An f-string: `value` is the text after its last `{...}` (all of it when it has none, then
+    `method` is "literal"; that `{...}` itself when the f-string ends with it and it formats a
+    number, `{epoch:04d}`); `receiver`, the dotted name in that last `{...}` ("" if not a name)."""
+    parts = node.parts
+    end = len(parts)
+    while end and isinstance(parts[end - 1], cst.FormattedStringText):
+        end -= 1
+    tail = "".join(part.value for part in parts[end:])
+    if not end:
+        return Expr("fstring", "", value=tail, method="literal")
+    last = parts[end - 1]
+    name = dotted_name(last.expression)
+    spec = last.format_spec
+    if not tail and spec and all(isinstance(part, cst.FormattedStringText) for part in spec):
+        spec_text = "".join(part.value for part in spec)
+        if spec_text[-1:] in NUMBER_FORMATS:  # `{epoch:04d}`: the text ends with what a number formats to
+            tail = f"{{{name or '...'}:{spec_text}}}"
+    return Expr("fstring", "", value=tail, receiver=name)
+
+
+NUMBER_FORMATS = frozenset("bdoxXeEfFgG%")
+
+
 class FactsBuilder(FastVisitor):
     # `_walk(node)` is `node.visit(self)` without libcst's copying; `positions` are
     # libcst's PositionProvider ranges, computed cheaply (see fastcst.py).
@@ -167,6 +191,8 @@ class FactsBuilder(FastVisitor):
             return Expr("other", "", method=node.attr.value)  # the attribute read
         if isinstance(node, cst.Lambda):
             return Expr("lambda", "", value=self._start(node).line + self._line_offset)  # its block's line
+        if isinstance(node, cst.FormattedString):
+            return _fstring(node)
         value = literal(node)
         if value is not NOT_LITERAL:
             return Expr("constant", "", value=value)

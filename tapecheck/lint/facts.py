@@ -50,7 +50,7 @@ class Site:
 class Expr:
     """A summary of an expression, enough for the rules to judge it."""
 
-    kind: str  # name, attribute, call, subscript, binop, unaryop, list, tuple, constant, lambda, super, other
+    kind: str  # name, attribute, call, subscript, binop, unaryop, list, tuple, constant, fstring, lambda, super, other
     text: str  # dotted text for names and attributes, "" otherwise
     callee: str = ""  # calls: resolved dotted name of the called thing
     method: str = ""  # calls of an attribute: the attribute name; binop: the operator's libcst class (`Divide`)

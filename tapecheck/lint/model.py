@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from tapecheck.lint.facts import GRADIENT_METHODS, LAMBDA, Block, Call, Compare, FileFacts, Site
 from tapecheck.lint.queries import (
-    METADATA_CALLS, call_span, callee_of, is_metadata, method_of, prefixes, spans_of, variable_owner,
+    METADATA_CALLS, MODEL_CLASSES, call_span, callee_of, is_metadata, method_of, prefixes, spans_of, variable_owner,
 )
 
 # -- what cuts a gradient path --------------------------------------------------------
@@ -80,6 +80,8 @@ KERAS_ROOTS = ("keras.", "tensorflow.keras.", "tf_keras.", "tensorflow.python.ke
 WEIGHT_METHODS = frozenset({"add_weight", "add_variable"})  # `self.add_weight(...)`: a layer's weight
 # `tf.function` under every name the rules resolve: a function decorated or wrapped by one is traced.
 TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
+# `keras.models` functions that return a model (besides the classes `Model` and `Sequential`).
+MODEL_FACTORIES = frozenset({"Model", "Sequential", "load_model", "clone_model", "model_from_json"})
 MAX_ALIAS_DEPTH = 8
 MAX_CALL_DEPTH = 40  # summaries computed inside one another; deeper calls are unknown
 
@@ -418,6 +420,78 @@ class ProgramModel:
                 if package != "layers" and is_keras_class(base, package):
                     return True
         return False
+
+    def is_model_class(self, klass: Block | Klass) -> bool:
+        """A subclass of a Keras `Model` (or `Sequential`), through the local classes it derives from."""
+        if isinstance(klass, Klass):
+            return klass.model.is_model_class(klass.block)
+        return any(base in MODEL_CLASSES or is_keras_class(base, "models")
+                   for cls in self.bases(klass) for base in cls.bases)
+
+    def makes_a_model(self, call: Call, depth: int = 0) -> bool:
+        """Whether `call` returns a Keras model: a model class (`keras.Sequential`, `keras.Model(inputs,
+        outputs)`, a subclass of one in a linted file), `keras.models.load_model`, an application
+        (`keras.applications.ResNet50`), or a function of a linted file each of whose returns is one."""
+        if depth > MAX_ALIAS_DEPTH or not call.func.text:
+            return False
+        callee = self.resolved(call.func.text, call.site)
+        if callee in MODEL_CLASSES or keras_member(callee, "models") in MODEL_FACTORIES \
+                or is_keras_class(callee, "applications"):
+            return True
+        made = self.binding(call.func.text, call.site)
+        if isinstance(made, Klass):
+            return self.is_model_class(made)
+        if isinstance(made, Function) and not made.bound and made.model is not None:
+            returned = made.model.returned_calls(made)
+            return bool(returned) and all(made.model.makes_a_model(inner, depth + 1) for inner in returned)
+        return False
+
+    def holds_a_model(self, name: str, site: Site, depth: int = 0) -> bool:
+        """Whether `name` is a Keras model at `site`: each binding of it (for `self.x`, every
+        `self.x = ...` of the class) is a call that makes one (`makes_a_model`) or a name that holds
+        one; a parameter, when every call of its function here passes one (`Trainer(build_model())`);
+        `trainer.model` when `trainer` is an instance whose class sets `self.model` so; `self` in a method of a Keras Model subclass; `self.model` in a Keras callback (Keras sets
+        it). False when unknown."""
+        if depth > MAX_ALIAS_DEPTH or not name:
+            return False
+        klass = self.self_class(name, site)
+        if klass is not None:
+            return self.is_model_class(klass)
+        head, _, attribute = name.partition(".")
+        if attribute == "model":
+            klass = self.self_class(head, site)
+            if klass is not None and any(is_keras_class(base, "callbacks")
+                                         for cls in self.bases(klass) for base in cls.bases):
+                return True
+        if attribute and "." not in attribute and self.self_class(head, site) is None:
+            owner = self.binding(head, site)  # `trainer.model` for `trainer = Trainer(build())`
+            if isinstance(owner, Instance):
+                other = owner.klass.model
+                assigns = [assign for assign, _ in other.attribute_assigns(owner.klass.block, attribute)]
+                return bool(assigns) and all(other._binds_a_model(assign, depth) for assign in assigns)
+        assigns = self.assigns_of(name, site)
+        return bool(assigns) and all(self._binds_a_model(assign, depth) for assign in assigns)
+
+    def _binds_a_model(self, assign, depth: int) -> bool:
+        value = assign.value
+        if assign.kind == "param":
+            fn = self.functions.get(self.facts.scope_of(assign.site))
+            passed = self.arguments_for(fn, assign.target) if fn is not None else None
+            return bool(passed) and all(self._is_a_model(call, argument, depth + 1) for call, argument in passed)
+        if assign.kind != "assign" or value is None:
+            return False
+        if value.kind == "call":
+            made = self.value_call(assign)
+            return made is not None and self.makes_a_model(made, depth + 1)
+        return value.kind in ("name", "attribute") and self.holds_a_model(value.text, assign.site, depth + 1)
+
+    def _is_a_model(self, call: Call, argument, depth: int) -> bool:
+        """Whether `argument`, passed by `call`, is a Keras model."""
+        if argument.kind == "call":
+            span = call.span_of(argument)
+            made = self.call_at(span, argument) if span is not None else None
+            return made is not None and self.makes_a_model(made, depth)
+        return argument.kind in ("name", "attribute") and self.holds_a_model(argument.text, call.site, depth)
 
     # -- bindings ---------------------------------------------------------------------------
     def _definition(self, assign, scope: int):

@@ -292,7 +292,7 @@ def _is_alias(assign) -> bool:
 
 def _in_lambda(pm, assign) -> bool:
     """`self.kernel_fn = lambda: ...` (computed when called), a ternary, a comprehension: not judged."""
-    return assign.value is not None and assign.value.kind in ("other", "lambda")
+    return assign.value is not None and assign.value.kind in ("other", "fstring", "lambda")
 
 
 def _first_use(pm, users, target: str):

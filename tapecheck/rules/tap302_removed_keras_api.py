@@ -9,13 +9,32 @@ that old training loops and tutorials still make:
 - `tf.keras.optimizers.legacy.*` optimizers;
 - `optimizer.get_gradients(...)` and `optimizer.minimize(...)` (use a
   `tf.GradientTape` and `apply_gradients`);
-- `keras.backend.set_learning_phase(...)` (pass `training=` to the model).
+- `keras.backend.set_learning_phase(...)` (pass `training=` to the model), and the
+  backend's `function`, `get_session`, `set_session`;
+- `optimizer.lr`, read or assigned (now `learning_rate`);
+- `model.fit_generator`, `evaluate_generator`, `predict_generator`, `predict_classes`,
+  `predict_proba` (now `fit`, `evaluate`, `predict`);
+- saving to paths Keras 3 refuses: `model.save_weights(path)` where the path does not end
+  in `.weights.h5` (TensorFlow checkpoints such as `"ckpt/model"` or `"cp.ckpt"`, and
+  `.h5`), `model.save(path)` without `.keras` or `.h5` (a SavedModel folder) or with
+  `save_format=`, `model.load_weights` of a TensorFlow checkpoint, and a
+  `ModelCheckpoint` whose file name does not end as its `save_weights_only` needs;
+- `keras.layers.experimental.preprocessing.*` and `keras.experimental.*`.
+
+A model is known as such when the name is bound to a Keras model (a `Sequential`, a
+functional `Model`, a subclass of one, `load_model`, an application, or a function
+that returns one, also from another module), `self` in a Keras Model subclass, or
+`self.model` in a callback. A path is judged when it is written there, bound once to a
+string, an f-string or `os.path.join(...)`; anything else is not judged.
 
 ## Why is this bad?
 Each one fails only when the line runs: `AttributeError: 'Mean' object has no
 attribute 'reset_states'` at the end of the first epoch, after the first
 epoch's training time is spent; `ValueError: Argument(s) not recognized:
-{'lr': ...}` when the optimizer is built. `decay=` fails silently instead: Keras 3
+{'lr': ...}` when the optimizer is built; `ValueError: The filename must end in
+\`.weights.h5\`` from the checkpoint saved after the first epoch. Assigning
+`optimizer.lr = x` fails silently: it sets a new Python attribute, and the
+optimizer keeps its learning rate. `decay=` fails silently instead: Keras 3
 logs "Argument `decay` is no longer supported and will be ignored" and trains at
 a constant learning rate. Building a legacy optimizer raises
 `ImportError`, and a `hasattr(tf.keras.optimizers, "legacy")` guard does not
@@ -25,7 +44,9 @@ help: Keras 3 keeps a `legacy` stub module whose optimizers only raise.
 With `keras-version = "2"` in `[tool.tapecheck]` (or when not set, for a project
 that imports `tf_keras` or mentions `TF_USE_LEGACY_KERAS`), the APIs Keras 2 has
 are not reported: `reset_states()`, legacy optimizers (and `lr=` or
-`get_gradients` on them). `lr=` given to a Keras 2 optimizer of TensorFlow 2.11
+`get_gradients` on them). `optimizer.lr`, the `*_generator` methods and `predict_classes`, and saving to
+TensorFlow checkpoints and SavedModel folders are Keras 2 APIs too, and not reported there.
+`lr=` given to a Keras 2 optimizer of TensorFlow 2.11
 or later is still reported: it is accepted with a logged warning and ignored,
 so training runs with the default learning rate. `get_gradients` on such an
 optimizer is still reported too (it has none: AttributeError).
@@ -60,11 +81,11 @@ import dataclasses
 import re
 
 from tapecheck.lint.model import model_of
-from tapecheck.rules._common import flatten, is_keras_class, metric_bindings, report
+from tapecheck.rules._common import flatten, is_keras_class, keras_member, metric_bindings, report
 
 CODE = "TAP302"
 NAME = "removed-keras-api"
-SUMMARY = "a call Keras 3 removed (`reset_states()`, `lr=`, `decay=`, legacy optimizers)"
+SUMMARY = "an API Keras 3 removed (`reset_states()`, `lr=`, `decay=`, `optimizer.lr`, legacy optimizers, `fit_generator`, TF-format saving)"
 PROBE = False
 FIXABLE = True
 
@@ -86,10 +107,23 @@ def _with(finding, api: str, keras2: str | None):
     return dataclasses.replace(finding, details={"api": api, "keras2": keras2})
 
 
+# The methods and the callback reported by name: a file that calls one spells it.
+KERAS_NEEDLES = (b"fit_generator", b"evaluate_generator", b"predict_generator", b"predict_classes",
+                 b"predict_proba", b"save_weights", b"load_weights", b"ModelCheckpoint")
+LR_ATTRIBUTE = re.compile(rb"\.[\s\\]*lr\b")  # `opt.lr`, even `opt. lr`
+SAVE_CALL = re.compile(rb"\.[\s\\]*save[\s\\]*\(")
+
+
 def screen(source: bytes) -> bool:
     """`reset_states`, `get_gradients`, or an optimizer given `lr`/`decay`, asked to `minimize` or
-    taken from `legacy`."""
+    taken from `legacy`; `.lr`, a model's removed methods, or saving."""
     if b"reset_states" in source or b"get_gradients" in source or b"set_learning_phase" in source:
+        return True
+    if any(needle in source for needle in KERAS_NEEDLES):
+        return True
+    if b"lr" in source and LR_ATTRIBUTE.search(source) is not None:
+        return True
+    if b"save" in source and SAVE_CALL.search(source) is not None:
         return True
     return b"optimizers" in source and (
         b"legacy" in source or b"minimize" in source
@@ -136,9 +170,72 @@ class Tracker:
         self.loss.reset_states()
 opt = losses.optimizers.Adam(lr=1e-3)
 """,
+    # saving where Keras 3 allows it; saving objects that are not known to be Keras models
+    """
+import numpy as np
+import tensorflow as tf
+model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+model.save_weights("w.weights.h5")
+model.save("m.keras")
+best = tf.keras.callbacks.ModelCheckpoint("best-{epoch:02d}.keras", save_best_only=True)
+weights = tf.keras.callbacks.ModelCheckpoint("w-{epoch}.weights.h5", save_weights_only=True)
+checkpoint = tf.train.Checkpoint(model=model)
+checkpoint.save("ckpt/model")
+np.save("x.npy", np.zeros(3))
+def keep(saver, name):
+    saver.save_weights(name + ".h5")
+    saver.save_weights("plain.h5")
+model.save_weights(f"{weights_prefix}.h5")
+for step in range(3):
+    model.save_weights(f"runs/cp-{step}")  # what `step` formats to is not judged
+""",
+    # an `lr` of the project's own, and a generator method a class of the file defines
+    """
+import argparse
+import keras
+args = argparse.ArgumentParser().parse_args()
+opt = keras.optimizers.Adam(learning_rate=args.lr)
+opt.learning_rate = args.lr / 10
+class Trainer:
+    def __init__(self, lr):
+        self.lr = lr
+    def fit_generator(self, batches):
+        return [b for b in batches]
+Trainer(0.1).fit_generator([1, 2])
+""",
 ]
 
 INVALID = [
+    # saving where Keras 3 refuses: a model from a builder, handed to a trainer; a callback's path
+    """
+import os
+import tensorflow as tf
+def build():
+    return tf.keras.Sequential([tf.keras.layers.Dense(1)])
+class Trainer:
+    def __init__(self, model, folder):
+        self.model = model
+        self.folder = folder
+    def end_epoch(self, epoch):
+        self.model.save_weights(os.path.join(self.folder, f"epoch_{epoch}.h5"))  # expect: TAP302
+        self.model.save(os.path.join(self.folder, "exported"))  # expect: TAP302
+checkpoint_path = "training_1/cp.ckpt"
+callback = tf.keras.callbacks.ModelCheckpoint(checkpoint_path, save_weights_only=True)  # expect: TAP302
+trainer = Trainer(build(), "runs")
+trainer.model.load_weights(checkpoint_path)  # expect: TAP302
+for step in range(3):
+    trainer.model.save_weights(f"runs/cp-{step:04d}")  # expect: TAP302
+""",
+    # `lr` of a model's optimizer in a callback, and a generator method of a loaded model
+    """
+import keras
+class Halve(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.optimizer.lr = self.model.optimizer.learning_rate / 2  # expect: TAP302
+model = keras.models.load_model("m.keras")
+model.fit_generator(batches, epochs=3)  # expect: TAP302
+keras.backend.set_value(model.optimizer.lr, 0.1)  # expect: TAP302
+""",
     # through a module alias, and a metric made in another module
     """
 import tensorflow as tf
@@ -213,6 +310,79 @@ def _is_metric(facts, receiver, call, metrics) -> bool:
     return False
 
 
+# A model's methods Keras 3 removed, and what to call instead.
+GENERATOR_METHODS = {
+    "fit_generator": "`fit` (it takes generators and `tf.data` datasets)",
+    "evaluate_generator": "`evaluate` (it takes generators and `tf.data` datasets)",
+    "predict_generator": "`predict` (it takes generators and `tf.data` datasets)",
+    "predict_classes": "`np.argmax(model.predict(x), axis=-1)` (or `> 0.5` for one sigmoid output)",
+    "predict_proba": "`predict`",
+}
+# The endings Keras 3 accepts: saving weights, saving a model, loading weights.
+WEIGHTS_FILE = (".weights.h5",)
+MODEL_FILE = (".keras", ".h5")
+LOADABLE = (".weights.h5", ".keras", ".h5")
+PATH_JOINS = frozenset({"os.path.join", "posixpath.join"})
+
+
+def _path(pm, call, expr, depth: int = 0):
+    """What is known of a path argument of `call`: (text, whole, last, line), or None.
+
+    `text` is the whole path when `whole`, else what follows the last `{...}` of an f-string
+    (`last`: the dotted name inside it, "" for another expression); `line`: where a name was
+    bound to it (None: written in the call). A name counts when one binding of it reaches the
+    call; `os.path.join(...)` by its last argument."""
+    if expr is None or depth > 4:
+        return None
+    if expr.kind == "constant" and isinstance(expr.value, str):
+        return expr.value, True, "", None
+    if expr.kind == "fstring" and expr.value:
+        return expr.value, expr.method == "literal", expr.receiver, None
+    if expr.kind in ("name", "attribute") and expr.text:
+        assigns = pm.assigns_of(expr.text, call.site)
+        if len(assigns) != 1 or assigns[0].kind != "assign" or assigns[0].value is None:
+            return None
+        value = assigns[0].value
+        if value.kind == "call":
+            found = _joined(pm, pm.value_call(assigns[0]), depth + 1)
+        else:
+            found = _path(pm, call, value, depth + 1)
+        return found if found is None or found[3] is not None else (*found[:3], assigns[0].site.line)
+    if expr.kind == "call" and expr.func_text:
+        span = call.span_of(expr)
+        return _joined(pm, pm.call_at(span, expr) if span is not None else None, depth + 1)
+    return None
+
+
+def _joined(pm, joined, depth: int):
+    """The path an `os.path.join(...)` call makes, by its last part (see `_path`), or None."""
+    if joined is None or pm.resolved(joined.func.text, joined.site) not in PATH_JOINS or not joined.args:
+        return None
+    if len(joined.arg_spans) != len(joined.args):
+        return None  # `*parts` or keywords: not one plain list of parts
+    return _path(pm, joined, joined.args[-1], depth)
+
+
+def _refused(path, endings) -> bool:
+    """Whether Keras 3 refuses the path: it ends in none of `endings`. An f-string whose text after
+    its last `{...}` could finish one of them (`{name}.h5` for `.weights.h5`) is not judged unless
+    that `{...}` is a plain name with nothing of "weight" in it."""
+    text, whole, last, _ = path
+    if any(text.endswith(ending) for ending in endings):
+        return False
+    if whole:
+        return True
+    if any(ending.endswith(text) for ending in endings):
+        return text.startswith(".") and bool(last) and "weight" not in last.lower()
+    return True
+
+
+def _shown(path) -> str:
+    text, whole, _, line = path
+    where = f" (set at line {line})" if line is not None else ""
+    return f"`{text!r}`{where}" if whole else f"a path ending in `{text}`{where}"
+
+
 def _is_legacy(callee: str) -> bool:
     return ".optimizers.legacy." in f"{callee}." and is_keras_class(callee, "optimizers")
 
@@ -226,8 +396,25 @@ def check(facts):
             callee = model.resolved(a.value.func_text, a.site)  # `optimizers.Adam()` after `optimizers = tf.keras.optimizers`
             if is_keras_class(callee, "optimizers"):
                 optimizers[a.target] = optimizers.get(a.target, False) or _is_legacy(callee)
+    yield from _lr_attributes(facts, model, optimizers)
+    defined = {block.name for block in facts.blocks if block.kind == "function"}
     for call in facts.calls:
         callee = model.resolved(call.func.text, call.site) if call.func.text else ""  # through `K = tf.keras.backend`
+        saving = _saving(facts, model, call, callee)
+        if saving is not None:
+            yield saving
+            continue
+        if call.method in GENERATOR_METHODS and (
+            model.holds_a_model(call.receiver, call.site)
+            or (call.method not in defined and call.receiver.partition(".")[0] not in ("self", "cls")
+                and model.binding(call.receiver, call.site) is None)
+        ):
+            yield _with(report(
+                facts, call.site, CODE,
+                f"`{call.func.text}()` was removed from Keras 3 models: AttributeError",
+                f"Call {GENERATOR_METHODS[call.method]}.",
+            ), call.method, None)
+            continue
         if callee in LEARNING_PHASE:
             yield _with(report(
                 facts, call.site, CODE,
@@ -273,3 +460,88 @@ def check(facts):
                 f"`{call.receiver}.get_gradients()` was removed from Keras 3 optimizers",
                 "Compute gradients with `tf.GradientTape` and pass them to `apply_gradients`.",
             ), "get_gradients", None if optimizers[call.receiver] else KERAS2_NO_GET_GRADIENTS)
+
+
+def _saving(facts, model, call, callee):
+    """A finding for saving or loading to a path Keras 3 refuses, or None."""
+    if keras_member(callee, "callbacks") == "ModelCheckpoint":
+        weights_only = call.keywords.get("save_weights_only")
+        if weights_only is not None and not isinstance(weights_only.value, bool):
+            return None  # not a literal True/False
+        only = weights_only is not None and weights_only.value
+        path = _path(model, call, call.arg(0, "filepath"))
+        endings = WEIGHTS_FILE if only else MODEL_FILE
+        if path is None or not _refused(path, endings):
+            return None
+        need = "`.weights.h5` (with `save_weights_only=True`)" if only else "`.keras` (or `.h5`)"
+        return _with(report(
+            facts, call.site, CODE,
+            f"`ModelCheckpoint` of {_shown(path)}: Keras 3 needs a file name ending in {need}: "
+            "ValueError when the callback is made",
+            "Name the file `....weights.h5` to save weights, `....keras` to save the model "
+            "(`{epoch}` may stay in the name).",
+        ), "checkpoint-path", None)
+    method = call.method
+    if method not in ("save_weights", "save", "load_weights") or not model.holds_a_model(call.receiver, call.site):
+        return None
+    if method == "save" and "save_format" in call.keywords:
+        return _with(report(
+            facts, call.site, CODE,
+            f"`{call.func.text}(..., save_format=...)`: Keras 3 removed `save_format`: ValueError",
+            "Save to a file ending in `.keras`; for a TensorFlow SavedModel call `model.export(path)`.",
+        ), "save-format", None)
+    path = _path(model, call, call.arg(0, "filepath"))
+    endings = {"save_weights": WEIGHTS_FILE, "save": MODEL_FILE, "load_weights": LOADABLE}[method]
+    if path is None or not _refused(path, endings):
+        return None
+    if method == "save_weights":
+        message = (f"`{call.func.text}()` to {_shown(path)}: Keras 3 saves weights only to a file whose "
+                   "name ends in `.weights.h5` (no TensorFlow checkpoints, no plain `.h5`): ValueError")
+        hint = "Name the file `....weights.h5`; for a TensorFlow checkpoint use `tf.train.Checkpoint(model=model).save(path)`."
+    elif method == "save":
+        message = (f"`{call.func.text}()` to {_shown(path)}: Keras 3 saves a model only to a `.keras` "
+                   "(or `.h5`) file, not a SavedModel folder: ValueError")
+        hint = "Save to `....keras`; for a TensorFlow SavedModel call `model.export(path)`."
+    else:
+        message = (f"`{call.func.text}()` of {_shown(path)}: Keras 3 loads weights only from `.weights.h5`, "
+                   "`.keras` or `.h5` files, not TensorFlow checkpoints: ValueError")
+        hint = "Load the `....weights.h5` file the model saved; for a checkpoint use `tf.train.Checkpoint(model=model).restore(path)`."
+    return _with(report(facts, call.site, CODE, message, hint), f"{method}-path", None)
+
+
+def _lr_receiver(model, optimizers, receiver: str, site) -> bool:
+    """Whether `receiver` is a Keras (not legacy) optimizer: bound to one here, or a model's `optimizer`."""
+    if receiver in optimizers:
+        return not optimizers[receiver]
+    owner, _, attribute = receiver.rpartition(".")
+    return attribute == "optimizer" and bool(owner) and model.holds_a_model(owner, site)
+
+
+def _lr_attributes(facts, model, optimizers):
+    """`opt.lr` read (AttributeError) or assigned (a new attribute: the rate does not change)."""
+    read_lines = set()
+    for use in facts.uses:
+        parts = use.name.split(".")
+        if "lr" not in parts[1:]:
+            continue
+        receiver = ".".join(parts[:parts.index("lr", 1)])
+        if (use.site.line, receiver) in read_lines or not _lr_receiver(model, optimizers, receiver, use.site):
+            continue
+        read_lines.add((use.site.line, receiver))
+        yield _with(report(
+            facts, use.site, CODE,
+            f"`{receiver}.lr`: Keras 3 optimizers have no `lr` attribute: AttributeError",
+            f"Read `{receiver}.learning_rate` (assign to it, or call `{receiver}.learning_rate.assign(x)`).",
+        ), "lr-attribute", None)
+    for assign in facts.assigns:
+        receiver, _, attribute = assign.target.rpartition(".")
+        if attribute != "lr" or not receiver or assign.kind not in ("assign", "augassign"):
+            continue
+        if (assign.site.line, receiver) in read_lines or not _lr_receiver(model, optimizers, receiver, assign.site):
+            continue
+        yield _with(report(
+            facts, assign.site, CODE,
+            f"`{receiver}.lr = ...` sets a new attribute on a Keras 3 optimizer: its learning rate "
+            "does not change (no error, no warning)",
+            f"Assign `{receiver}.learning_rate = ...`.",
+        ), "lr-attribute", None)
