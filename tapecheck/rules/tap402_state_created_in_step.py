@@ -6,6 +6,8 @@ training step: inside the loop body that computes or applies the gradients, or
 inside the step function itself (a `@tf.function`, a Keras `train_step`, or
 a function called from a loop) when that function computes or applies gradients.
 A construction guarded by an `if` (made on the first call only) is not flagged.
+A `tf.Variable` made in the `call` of a Keras layer or model is flagged too: `call`
+runs at every forward pass.
 
 The program model also follows the calls: state made by a helper (of this file
 or of another module of the project) that a step function, a step loop or a loss
@@ -54,7 +56,7 @@ from __future__ import annotations
 import os
 
 from tapecheck.lint.facts import GRADIENT_METHODS
-from tapecheck.rules._common import compiles_a_loss, report
+from tapecheck.rules._common import compiles_a_loss, defines_call, report
 from tapecheck.lint.model import TF_FUNCTIONS, model_of
 from tapecheck.lint.queries import method_of
 
@@ -65,8 +67,11 @@ PROBE = True
 
 
 def screen(source: bytes) -> bool:
-    """A tape here, or a loss given to `compile` (Keras records it on its own tape)."""
-    return b"apply_gradients" in source or b"GradientTape" in source or compiles_a_loss(source)
+    """A tape here, a loss given to `compile` (Keras records it on its own tape), or a layer's
+    `call` beside a variable it could make."""
+    if b"apply_gradients" in source or b"GradientTape" in source or compiles_a_loss(source):
+        return True
+    return (b"Variable" in source or b"variable" in source) and defines_call(source)
 
 
 NOT_STEPS = frozenset({"__init__", "build", "__call__", "call"})
@@ -114,6 +119,18 @@ class Trainer:
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         self.step_count.assign_add(1)
 """,
+    # a layer's weight made once, in build; a variable made in a plain function's `call`
+    """
+import tensorflow as tf
+class Scale(tf.keras.layers.Layer):
+    def build(self, input_shape):
+        self.scale = self.add_weight(shape=(), initializer="ones")
+    def call(self, x):
+        return x * self.scale
+class Counter:
+    def call(self):
+        return tf.Variable(0)
+""",
     # a learning-rate schedule object and a loss object are not per-step state
     """
 import tensorflow as tf
@@ -136,6 +153,14 @@ def train(model, ds):
 ]
 
 INVALID = [
+    # a variable made in a layer's call: every forward pass (under fit: ValueError)
+    """
+import tensorflow as tf
+class Scale(tf.keras.layers.Layer):
+    def call(self, x):
+        scale = tf.Variable(1.0)  # expect: TAP402
+        return x * scale
+""",
     # the Keras backend's variable, made by a loss given to compile()
     """
 import tensorflow as tf
@@ -248,7 +273,20 @@ def check(facts):
         if where:
             reported.add(call.site)
             yield report(facts, call.site, CODE, f"`{call.func.text}` is created {where}: {WHY[kind]}", HINT)
+        elif kind == "variable":
+            fn = model.functions.get(scope)
+            if fn is not None and fn.name == "call" and fn.owner is not None and model.is_keras(fn.owner, "layers") \
+                    and not model.guarded(call.site, scope):
+                reported.add(call.site)
+                yield report(facts, call.site, CODE, f"`{call.func.text}` is created in `{fn.qualname}`, {IN_CALL}",
+                             CALL_HINT)
     yield from _in_helpers(facts, model, steps, loops, reported)
+
+
+IN_CALL = ("which Keras runs at every forward pass: under `fit` or `tf.function` it raises ValueError "
+           "(tf.function only supports singleton tf.Variables created on the first call); run eagerly, each "
+           "call makes a new variable that the layer does not track and no optimizer trains")
+CALL_HINT = "Create it once, in `build()` with `self.add_weight(...)` (or in `__init__`), and read it in `call`."
 
 
 TRACED = "it raises ValueError (tf.function only supports singleton tf.Variables created on the first call)"
