@@ -133,3 +133,11 @@ def test_a_keras_2_decay_argument_leaves_the_learning_rate_constant():
     assert run("bad", "trainer_time_decay.py", 4) == [0.5] * 4  # `decay=` ignored (a warning)
     # the schedule it stood for: lr / (1 + decay * step)
     assert run("good", "trainer_time_decay.py", 4) == pytest.approx([0.5 / (1 + 0.9 * s) for s in range(4)], rel=1e-5)
+
+
+def test_tf_variables_on_a_keras_3_layer_are_never_trained():
+    bad_variables, bad = run("bad", "guide_linear_layer.py")
+    good_variables, good = run("good", "guide_linear_layer.py")
+    assert (bad_variables, good_variables) == (0, 2)
+    assert bad[-1] == pytest.approx(bad[0])  # nothing moves: every epoch is the untrained model's loss
+    assert good[-1] < good[0] / 10  # the same layer with Keras's own weights learns the line

@@ -158,7 +158,7 @@ import tensorflow as tf
 class TwoPart(keras.layers.Layer):
     def __init__(self):
         super().__init__()
-        self.a = tf.Variable(tf.ones((3, 2)))
+        self.a = tf.Variable(tf.ones((3, 2)))  # expect: TAP107
         b = tf.Variable(tf.zeros((3, 2)))
         self.b = b
         self.ab = tf.concat([self.a, b], axis=1)  # expect: TAP106

@@ -1,0 +1,231 @@
+'''# TAP107 untracked-layer-variable
+
+## What it does
+Flags a trainable `tf.Variable(...)` kept on `self` in a method of a Keras layer or
+model (a subclass of `keras.layers.Layer` or `keras.Model`, also through the file's own
+base classes): `self.w = tf.Variable(...)`, or a list or tuple of them.
+
+Not reported: `self.add_weight(...)` and `keras.Variable(...)` (Keras tracks those),
+`trainable=False` variables, integer ones (counters: `tf.Variable(0)`), a class that defines its own `trainable_variables` (or
+`trainable_weights`), and a variable whose attribute this file hands to a tape's
+`gradient` or to `apply_gradients` by name (`[model.w, model.b]`): that loop trains it.
+Silent for a Keras 2 project (`keras-version = "2"`, or one that imports `tf_keras`):
+Keras 2 tracked `tf.Variable` attributes as `tf.Module` does.
+
+## Why is this bad?
+Keras 3 tracks only its own variables. A `tf.Variable` on a layer is not in the
+layer's `trainable_variables` (nor in `weights`), so nothing that asks the model for
+its variables sees it: `fit` trains the rest (or warns "The model does not have any
+trainable weights" and trains nothing), a custom loop's
+`tape.gradient(loss, model.trainable_variables)` leaves it out and it keeps its initial
+value, and `save_weights` does not save it. The TensorFlow 2 guides wrote layers this
+way for Keras 2, where it worked.
+
+## Example
+```python
+import tensorflow as tf
+
+class Linear(tf.keras.layers.Layer):
+    def __init__(self, units, input_dim):
+        super().__init__()
+        self.w = tf.Variable(tf.random.normal((input_dim, units)))
+        self.b = tf.Variable(tf.zeros((units,)))
+
+    def call(self, x):
+        return tf.matmul(x, self.w) + self.b
+```
+
+## Use instead
+```python
+import tensorflow as tf
+
+class Linear(tf.keras.layers.Layer):
+    def __init__(self, units, input_dim):
+        super().__init__()
+        self.w = self.add_weight(shape=(input_dim, units), initializer="random_normal")
+        self.b = self.add_weight(shape=(units,), initializer="zeros")
+
+    def call(self, x):
+        return tf.matmul(x, self.w) + self.b
+```
+'''
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from tapecheck.lint.facts import GRADIENT_METHODS
+from tapecheck.lint.model import model_of
+from tapecheck.lint.queries import MODEL_CLASSES
+from tapecheck.rules._common import flatten, is_keras_class, report
+
+CODE = "TAP107"
+NAME = "untracked-layer-variable"
+SUMMARY = "a `tf.Variable` kept on a Keras 3 layer or model (not `add_weight`): not tracked, so never trained or saved"
+PROBE = False
+
+TF_VARIABLES = frozenset({"tensorflow.Variable", "tensorflow.compat.v2.Variable"})
+KERAS_BASES = frozenset({"keras.Layer", "tensorflow.keras.Layer"}) | MODEL_CLASSES
+OWN_LISTS = frozenset({"trainable_variables", "trainable_weights"})
+HINT = ("Make it with `self.add_weight(shape=..., initializer=...)` (in `build()` or `__init__`), "
+        "or as a `keras.Variable(...)`: Keras 3 tracks those.")
+
+
+VARIABLE_CALL = re.compile(rb"Variable[\s\\]*\(")
+
+
+def screen(source: bytes) -> bool:
+    """A class and a `...Variable(` call here, in a file that names Keras (where a layer's base
+    is resolved from). The rule reads the call as spelled (no alias of `tf.Variable`)."""
+    return b"keras" in source and b"class" in source and b"Variable" in source and VARIABLE_CALL.search(source) is not None
+
+
+VALID = [
+    # Keras's own variables; a counter that is not trained
+    """
+import keras
+import tensorflow as tf
+class Linear(keras.layers.Layer):
+    def __init__(self, units):
+        super().__init__()
+        self.units = units
+        self.steps = tf.Variable(0, trainable=False)
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], self.units))
+        self.b = keras.Variable(keras.ops.zeros((self.units,)))
+    def call(self, x):
+        return x @ self.w + self.b
+""",
+    # a tf.Module tracks tf.Variables; a class that is not a layer
+    """
+import tensorflow as tf
+class Affine(tf.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable(1.0)
+class State:
+    def __init__(self):
+        self.w = tf.Variable(1.0)
+""",
+    # the loop hands the attributes to the tape and the optimizer itself
+    """
+import tensorflow as tf
+class Line(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable(0.0)
+        self.b = tf.Variable(0.0)
+    def call(self, x):
+        return self.w * x + self.b
+model = Line()
+opt = tf.keras.optimizers.SGD(0.1)
+def step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x) - y) ** 2)
+    grads = tape.gradient(loss, [model.w, model.b])
+    opt.apply_gradients(zip(grads, [model.w, model.b]))
+""",
+]
+
+INVALID = [
+    # the TF 2 guide's layer, and a model with a list of them
+    """
+import tensorflow as tf
+class Linear(tf.keras.layers.Layer):
+    def __init__(self, units=4, input_dim=2):
+        super().__init__()
+        self.w = tf.Variable(tf.random.normal((input_dim, units)))  # expect: TAP107
+        self.b = tf.Variable(tf.zeros((units,)), trainable=True)  # expect: TAP107
+    def call(self, x):
+        return tf.matmul(x, self.w) + self.b
+class Mixture(tf.keras.Model):
+    def build(self, input_shape):
+        self.scales = [tf.Variable(1.0), tf.Variable(2.0)]  # expect: TAP107
+    def call(self, x):
+        return x * self.scales[0] + self.scales[1]
+""",
+    # through a base class of the file
+    """
+import tensorflow as tf
+from tensorflow import keras
+class Base(keras.layers.Layer):
+    pass
+class Gate(Base):
+    def build(self, input_shape):
+        self.gate = tf.Variable(tf.ones(input_shape[-1:]))  # expect: TAP107
+    def call(self, x):
+        return x * tf.sigmoid(self.gate)
+""",
+]
+
+
+def _keras_layer(model, klass) -> bool:
+    """A subclass of a Keras layer or model (not of a plain `tf.Module`, which tracks `tf.Variable`s)."""
+    return any(
+        base in KERAS_BASES or is_keras_class(base, "layers") or is_keras_class(base, "models")
+        for cls in model.bases(klass) for base in cls.bases
+    )
+
+
+def _handed_by_name(facts, spans) -> set[str]:
+    """Attribute names (`w` of `model.w`) this file passes to a `gradient` or `apply_gradients` call."""
+    names = set()
+    for call in facts.calls:
+        method = call.method or call.func.method
+        if method in GRADIENT_METHODS or method == "apply_gradients":
+            for use in spans.uses_in((call.first_arg, call.end_order)):
+                head, _, attribute = use.name.rpartition(".")
+                if head:
+                    names.add(attribute)
+    return names
+
+
+def check(facts):
+    model = model_of(facts)
+    handed = None
+    for fn in model.functions.values():
+        klass = fn.owner
+        if klass is None or not fn.bound or not _keras_layer(model, klass):
+            continue
+        if any(method.name in OWN_LISTS for cls in model.bases(klass) for method in model.methods(cls)):
+            continue
+        prefix = f"{fn.self_name}."
+        for assign in model.assigns_in(fn.block.id):
+            if assign.kind != "assign" or not assign.target.startswith(prefix) or assign.value is None:
+                continue
+            attribute = assign.target[len(prefix):]
+            if "." in attribute:
+                continue
+            made = [e for e in flatten(assign.value) if e.kind == "call" and _trainable_variable(model, e, assign)]
+            if not made:
+                continue
+            if handed is None:
+                handed = _handed_by_name(facts, model.spans)
+            if attribute in handed:
+                continue
+            finding = report(
+                facts, assign.site, CODE,
+                f"`{assign.target}` is a `tf.Variable` made in `{fn.qualname}`: Keras 3 tracks only the variables "
+                "a layer makes with `add_weight` (or `keras.Variable`), so it is missing from the model's "
+                "`trainable_variables`: `fit` and a custom loop over them never update it, and `save_weights` "
+                "leaves it out",
+                HINT,
+            )
+            yield dataclasses.replace(finding, details={"keras2": None})
+
+
+def _trainable_variable(model, expr, assign) -> bool:
+    """A `tf.Variable(...)` call that is not given `trainable=False` (nor a flag we cannot read), nor
+    made as an integer (`tf.Variable(0)`, `dtype=tf.int64`: a counter, which no gradient reaches)."""
+    if model.facts.resolve(expr.func_text) not in TF_VARIABLES:  # as spelled: the screen looks for `Variable(`
+        return False
+    trainable = expr.keywords.get("trainable")
+    if trainable is not None and trainable.value is not True:
+        return False
+    call = model.call_at(assign.span, expr) if assign.value is expr else None
+    initial = call.arg(0, "initial_value") if call is not None else expr.keywords.get("initial_value")
+    if initial is not None and initial.kind == "constant" and type(initial.value) is int:
+        return False
+    dtype = expr.keywords.get("dtype")
+    return dtype is None or not any(word in dtype.text for word in ("int", "bool"))
