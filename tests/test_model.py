@@ -290,3 +290,35 @@ def test_the_model_knows_which_names_hold_a_keras_model(tmp_path):
     saves = {c.site.line: c for c in m.facts.calls if c.method == "save_weights"}
     holds = {line: m.holds_a_model(call.receiver, call.site) for line, call in saves.items()}
     assert holds == {5: True, 8: False, 13: True, 16: True, 18: False, 22: True}
+
+
+def test_a_dataset_made_by_another_module_traces_the_function_mapped_over_it(tmp_path):
+    """`make_dataset` of data.py returns a `tf.data` pipeline; train.py maps `augment` over it: the
+    NumPy draw in `augment` runs once, at trace time (TAP501). A `.map` of anything else is not read."""
+    from tapecheck.lint import lint_paths
+
+    (tmp_path / "data.py").write_text(textwrap.dedent("""\
+        import tensorflow as tf
+
+        def make_dataset(images, labels, batch_size=8):
+            return tf.data.Dataset.from_tensor_slices((images, labels)).shuffle(64).batch(batch_size)
+
+        def make_table(rows):
+            return {row: row for row in rows}
+        """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import numpy as np
+        from data import make_dataset, make_table
+
+        def augment(image, label):
+            return image + np.random.normal(0.0, 0.1, size=(4,)).astype("float32"), label
+
+        def relabel(row):
+            return np.random.choice([row, -row])
+
+        ds = make_dataset(np.zeros((32, 4), "float32"), np.zeros((32,), "int64")).map(augment)
+        table = make_table([1, 2]).map(relabel)
+        """))
+    (finding,) = lint_paths([str(tmp_path / "train.py")], jobs=1).findings
+    assert (finding.code, finding.line) == ("TAP501", 5)
+    assert "`Dataset.map` (line 10) traces" in finding.message

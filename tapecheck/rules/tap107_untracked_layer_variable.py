@@ -7,7 +7,8 @@ base classes): `self.w = tf.Variable(...)`, or a list or tuple of them.
 
 Not reported: `self.add_weight(...)` and `keras.Variable(...)` (Keras tracks those),
 `trainable=False` variables, integer ones (counters: `tf.Variable(0)`), a class that defines its own `trainable_variables` (or
-`trainable_weights`), and a variable whose attribute this file hands to a tape's
+`trainable_weights`) or a method that returns the attribute (a getter of the variables to
+train), and a variable whose attribute this file hands to a tape's
 `gradient` or to `apply_gradients` by name (`[model.w, model.b]`): that loop trains it.
 Silent for a Keras 2 project (`keras-version = "2"`, or one that imports `tf_keras`):
 Keras 2 tracked `tf.Variable` attributes as `tf.Module` does.
@@ -108,6 +109,18 @@ class State:
     def __init__(self):
         self.w = tf.Variable(1.0)
 """,
+    # the class hands its variables out itself
+    """
+import tensorflow as tf
+class Scaler(tf.keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.scale = tf.Variable(1.0)
+    def variables_to_train(self):
+        return [self.scale]
+    def call(self, x):
+        return x * self.scale
+""",
     # the loop hands the attributes to the tape and the optimizer itself
     """
 import tensorflow as tf
@@ -181,6 +194,23 @@ def _handed_by_name(facts, spans) -> set[str]:
     return names
 
 
+def _handed_out(model, klass, attribute: str) -> bool:
+    """Whether a method of the class other than `call` returns `self.<attribute>` (`def variables_to_train(self):
+    return [self.w, self.b]`): the training code may take the variables from there."""
+    facts = model.facts
+    for cls in model.bases(klass):
+        for method in model.methods(cls):
+            if method.name in ("call", "__call__") or not method.bound:
+                continue
+            target = f"{method.self_name}.{attribute}"
+            for exit_ in facts.exits:
+                if exit_.kind != "return" or exit_.span == (0, 0) or facts.scope_of(exit_.site) != method.block.id:
+                    continue
+                if any(use.name == target for use in model.spans.uses_in(exit_.span)):
+                    return True
+    return False
+
+
 def check(facts):
     model = model_of(facts)
     handed = None
@@ -202,7 +232,7 @@ def check(facts):
                 continue
             if handed is None:
                 handed = _handed_by_name(facts, model.spans)
-            if attribute in handed:
+            if attribute in handed or _handed_out(model, klass, attribute):
                 continue
             finding = report(
                 facts, assign.site, CODE,

@@ -94,14 +94,17 @@ TF_IMPORTS = (
 )
 
 
+MAP_CALL = re.compile(rb"\.[\s\\]*map[\s\\]*\(")
+
+
 def screen(source: bytes) -> bool:
     """`tf.function` through any spelling the rule resolves: `tensorflow.function`,
     `tf.compat.v2.function`, an alias (`import tensorflow as tf2`), `from tensorflow import function`;
     or a `.map(` of a `tf.data` dataset."""
+    if b"map" in source and MAP_CALL.search(source):
+        return True  # a function mapped over a tf.data dataset (made here or by another module) is traced
     if b"tensorflow" not in source:
         return False
-    if b"data." in source and b"map" in source and re.search(rb"\.[\s\\]*map[\s\\]*\(", source):
-        return True  # a function mapped over a tf.data dataset is traced
     names = set()
     for statement in (found for pattern in TF_IMPORTS for found in pattern.finditer(source)):
         text = statement.group(0)
@@ -380,8 +383,8 @@ def _receiver_is_dataset(model, call, depth: int) -> bool:
 
 
 def _yields_dataset(model, call, depth: int) -> bool:
-    """`call` makes a dataset: a `tf.data` call, a dataset method of one, or a function of this
-    file whose every `return` gives one (`ds = make_dataset(x)`)."""
+    """`call` makes a dataset: a `tf.data` call, a dataset method of one, or a function (of this
+    file or of another module) whose every `return` gives one (`ds = make_dataset(x)`)."""
     if depth > MAX_DATASET_STEPS:
         return False
     if callee_of(model.facts, call).startswith("tensorflow.data."):
@@ -391,12 +394,13 @@ def _yields_dataset(model, call, depth: int) -> bool:
     fn = model.resolve(call)
     if fn is None:
         return False
+    owner = fn.model or model  # a function of another module is read in its own file's model
     key = ("TAP501 returns a dataset", fn.block.id)
-    known = model.memo.get(key)
+    known = owner.memo.get(key)
     if known is None:
-        model.memo[key] = False  # while it is worked out: a recursive function
-        returned = model.returned_calls(fn)
-        known = model.memo[key] = bool(returned) and all(_yields_dataset(model, made, depth + 1) for made in returned)
+        owner.memo[key] = False  # while it is worked out: a recursive function
+        returned = owner.returned_calls(fn)
+        known = owner.memo[key] = bool(returned) and all(_yields_dataset(owner, made, depth + 1) for made in returned)
     return known
 
 
