@@ -260,10 +260,14 @@ def test_the_model_knows_which_names_hold_a_keras_model(tmp_path):
         import keras
         def build():
             return keras.Sequential([keras.layers.Dense(1)])
+        def build_named():
+            inputs = keras.Input((3,))
+            model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+            return model
     """), encoding="utf-8")
     (tmp_path / "train.py").write_text(textwrap.dedent("""\
         import keras
-        from nets import build
+        from nets import build, build_named
         class Net(keras.Model):
             def call(self, x):
                 return self.save_weights("a.weights.h5")
@@ -284,12 +288,14 @@ def test_the_model_knows_which_names_hold_a_keras_model(tmp_path):
         Trainer(build()).end()
         keep(object())
         loaded.save_weights("e.weights.h5")
+        named = build_named()
+        named.save_weights("f.weights.h5")
     """), encoding="utf-8")
     path = str(tmp_path / "train.py")
     m = model_of(_facts(read_source(path), path))
     saves = {c.site.line: c for c in m.facts.calls if c.method == "save_weights"}
     holds = {line: m.holds_a_model(call.receiver, call.site) for line, call in saves.items()}
-    assert holds == {5: True, 8: False, 13: True, 16: True, 18: False, 22: True}
+    assert holds == {5: True, 8: False, 13: True, 16: True, 18: False, 22: True, 24: True}
 
 
 def test_a_dataset_made_by_another_module_traces_the_function_mapped_over_it(tmp_path):

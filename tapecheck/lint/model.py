@@ -442,9 +442,27 @@ class ProgramModel:
         if isinstance(made, Klass):
             return self.is_model_class(made)
         if isinstance(made, Function) and not made.bound and made.model is not None:
-            returned = made.model.returned_calls(made)
-            return bool(returned) and all(made.model.makes_a_model(inner, depth + 1) for inner in returned)
+            other = made.model
+            returned = other.returned_calls(made)
+            if returned:
+                return all(other.makes_a_model(inner, depth + 1) for inner in returned)
+            names = other.returned_names(made)  # `model = keras.Model(inputs, outputs); return model`
+            return bool(names) and all(other.holds_a_model(name, site, depth + 1) for name, site in names)
         return False
+
+    def returned_names(self, fn: Function) -> list | None:
+        """(name, site) for each `return` of `fn` that gives a plain name, or None when some `return`
+        gives anything else (or there is none)."""
+        facts = self.facts
+        found = []
+        for exit_ in facts.exits:
+            if exit_.kind != "return" or facts.scope_of(exit_.site) != fn.block.id:
+                continue
+            uses = self.spans.uses_in(exit_.span) if exit_.span != (0, 0) else []
+            if len(uses) != 1 or "." in uses[0].name or self.spans.calls_in(exit_.span):
+                return None
+            found.append((uses[0].name, uses[0].site))
+        return found or None
 
     def holds_a_model(self, name: str, site: Site, depth: int = 0) -> bool:
         """Whether `name` is a Keras model at `site`: each binding of it (for `self.x`, every
