@@ -472,6 +472,16 @@ class ProgramModel:
         it). False when unknown."""
         if depth > MAX_ALIAS_DEPTH or not name:
             return False
+        # Each (name, place) is worked out once per file: callers of callers fan out, and a cut-off
+        # answer (False while it is worked out: a cycle; False past the depth) errs towards silence.
+        key = ("holds a model", name, site.order)
+        known = self.memo.get(key)
+        if known is None:
+            self.memo[key] = False
+            known = self.memo[key] = self._holds_a_model(name, site, depth)
+        return known
+
+    def _holds_a_model(self, name: str, site: Site, depth: int) -> bool:
         klass = self.self_class(name, site)
         if klass is not None:
             return self.is_model_class(klass)
