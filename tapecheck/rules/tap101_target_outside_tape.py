@@ -11,7 +11,9 @@ the block.
 It also flags a loss computed inside the block from a forward pass that ran
 before it: the prediction made before `with tf.GradientTape()` in the same
 function (reported where it is made), or passed in by a caller of the step
-function that ran the model itself (reported at that call). Values computed
+function that ran the model itself (reported at that call). In a `train_step`
+override, Keras's own `self.compute_loss(...)` (or `compiled_loss`) counts as a
+loss of `y` and `y_pred`, not as a forward pass. Values computed
 before the tape on purpose (a DQN's targets from another network) are fine: some
 path from the model must stay inside the tape.
 
@@ -110,9 +112,45 @@ import tensorflow as tf
 def grads_of(tape, loss, variables):
     return tape.gradient(loss, variables)
 """,
+    # a `compute_loss` of the model's own, which runs the model itself inside the tape
+    """
+import tensorflow as tf
+class Denoiser(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(4)
+    def compute_loss(self, x, y, y_pred):
+        return tf.reduce_mean(tf.square(self.dense(x) - y))
+    def train_step(self, data):
+        x, y = data
+        y_pred = self(x, training=True)
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x, y, y_pred)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+""",
 ]
 
 INVALID = [
+    # a `train_step` override: the prediction before the tape, Keras's `compute_loss` inside
+    """
+import tensorflow as tf
+class Net(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(1)
+    def call(self, x):
+        return self.dense(x)
+    def train_step(self, data):
+        x, y = data
+        y_pred = self(x, training=True)  # expect: TAP101
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+""",
     # the forward pass before the tape, the loss inside it
     """
 import tensorflow as tf
@@ -214,8 +252,11 @@ def _forward_pass_outside(facts):
         fn = model.functions.get(scope)
         params = set(fn.params) if fn is not None else set()
         inside = {a.target for a in model.assigns_in(scope) if facts.records(tape, a.site)}
+        keras_losses = _keras_loss_methods(model, fn)
 
-        def origin_of(name, inside=inside, before=before, params=params):
+        def origin_of(name, inside=inside, before=before, params=params, keras_losses=keras_losses):
+            if name in keras_losses:
+                return set()  # Keras's own loss of (y, y_pred): what it reads of the model is its penalties
             if from_sources(name):
                 return {SOURCES}
             head = name.partition(".")[0]
@@ -239,12 +280,15 @@ def _forward_pass_outside(facts):
                 made = facts.reaching_assigns(name, tape.site)
                 if not made:
                     continue
+                penalties = any(use.name in keras_losses for use in model.spans.uses_in(_body_span(facts, tape)))
                 yield report(
                     facts, made[-1].site, CODE,
                     f"`{name}` is computed from the model here, before the `with` block of `{label}` "
                     f"(line {block_line}), and `{target.text}` depends on the model only through it: the tape "
                     f"never recorded the forward pass, so `{label}.gradient` (line {call.site.line}) "
-                    "returns None for every variable",
+                    "returns None for every variable" + (
+                        " (if the model has regularizers, only the penalties `compute_loss` adds reach those weights)"
+                        if penalties else ""),
                     f"Run the forward pass inside the `with` block of `{label}`.",
                 )
                 break
@@ -260,6 +304,25 @@ def _forward_pass_outside(facts):
                     f"Pass the inputs and run the model inside the `with` block of `{label}`.",
                 )
                 break
+
+
+KERAS_LOSS_METHODS = ("compute_loss", "compiled_loss")
+
+
+def _keras_loss_methods(model, fn) -> frozenset:
+    """`self.compute_loss`, `self.compiled_loss` in a method of a Keras Model subclass that does not
+    define them: Keras's loss of `(y, y_pred)` plus the model's penalties, not a forward pass."""
+    if fn is None or not fn.bound or fn.owner is None or not model.is_model_class(fn.owner):
+        return frozenset()
+    own = {method.name for cls in model.bases(fn.owner) for method in model.methods(cls)}
+    return frozenset(f"{fn.self_name}.{name}" for name in KERAS_LOSS_METHODS if name not in own)
+
+
+def _body_span(facts, tape) -> tuple[int, int]:
+    """The order span of the events of the tape's (first) `with` block."""
+    block = tape.with_blocks[0]
+    orders = [use.site.order for use in facts.uses if block in facts.chain(use.site.block)]
+    return (min(orders) - 1, max(orders)) if orders else (0, 0)
 
 
 def _caller_passing_the_model(model, fn, param, owners, scope):
