@@ -9,7 +9,8 @@ Not reported: `self.add_weight(...)` and `keras.Variable(...)` (Keras tracks tho
 `trainable=False` variables, integer ones (counters: `tf.Variable(0)`), a class that defines its own `trainable_variables` (or
 `trainable_weights`) or a method that returns the attribute (a getter of the variables to
 train), and a variable whose attribute this file hands to a tape's
-`gradient` or to `apply_gradients` by name (`[model.w, model.b]`): that loop trains it.
+`gradient` or to `apply_gradients` by name (`[model.w, model.b]`), or a file that trains
+what its tapes watched (`tape.watched_variables()`): that loop trains it.
 Silent for a Keras 2 project (`keras-version = "2"`, or one that imports `tf_keras`):
 Keras 2 tracked `tf.Variable` attributes as `tf.Module` does.
 
@@ -109,6 +110,23 @@ class State:
     def __init__(self):
         self.w = tf.Variable(1.0)
 """,
+    # the loop trains what the tape watched
+    """
+import tensorflow as tf
+class Shift(tf.keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.shift = tf.Variable(0.0)
+    def call(self, x):
+        return x + self.shift
+layer = Shift()
+opt = tf.keras.optimizers.SGD(0.1)
+def step(x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(x) ** 2)
+    variables = tape.watched_variables()
+    opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+""",
     # the class hands its variables out itself
     """
 import tensorflow as tf
@@ -181,11 +199,14 @@ def _keras_layer(model, klass) -> bool:
     )
 
 
-def _handed_by_name(facts, spans) -> set[str]:
-    """Attribute names (`w` of `model.w`) this file passes to a `gradient` or `apply_gradients` call."""
+def _handed_by_name(facts, spans) -> set[str] | None:
+    """Attribute names (`w` of `model.w`) this file passes to a `gradient` or `apply_gradients` call;
+    None when it trains what its tapes watched (`tape.watched_variables()`), whatever Keras tracks."""
     names = set()
     for call in facts.calls:
         method = call.method or call.func.method
+        if method == "watched_variables":
+            return None
         if method in GRADIENT_METHODS or method == "apply_gradients":
             for use in spans.uses_in((call.first_arg, call.end_order)):
                 head, _, attribute = use.name.rpartition(".")
@@ -213,7 +234,7 @@ def _handed_out(model, klass, attribute: str) -> bool:
 
 def check(facts):
     model = model_of(facts)
-    handed = None
+    handed = False  # worked out when first needed
     for fn in model.functions.values():
         klass = fn.owner
         if klass is None or not fn.bound or not _keras_layer(model, klass):
@@ -230,9 +251,9 @@ def check(facts):
             made = [e for e in flatten(assign.value) if e.kind == "call" and _trainable_variable(model, e, assign)]
             if not made:
                 continue
-            if handed is None:
+            if handed is False:
                 handed = _handed_by_name(facts, model.spans)
-            if attribute in handed or _handed_out(model, klass, attribute):
+            if handed is None or attribute in handed or _handed_out(model, klass, attribute):
                 continue
             finding = report(
                 facts, assign.site, CODE,
