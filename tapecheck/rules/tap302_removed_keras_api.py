@@ -9,8 +9,7 @@ that old training loops and tutorials still make:
 - `tf.keras.optimizers.legacy.*` optimizers;
 - `optimizer.get_gradients(...)` and `optimizer.minimize(...)` (use a
   `tf.GradientTape` and `apply_gradients`);
-- `keras.backend.set_learning_phase(...)` (pass `training=` to the model), and the
-  backend's `function`, `get_session`, `set_session`;
+- `keras.backend.set_learning_phase(...)` (pass `training=` to the model);
 - `optimizer.lr`, read or assigned (now `learning_rate`);
 - `model.fit_generator`, `evaluate_generator`, `predict_generator`, `predict_classes`,
   `predict_proba` (now `fit`, `evaluate`, `predict`);
@@ -18,8 +17,7 @@ that old training loops and tutorials still make:
   in `.weights.h5` (TensorFlow checkpoints such as `"ckpt/model"` or `"cp.ckpt"`, and
   `.h5`), `model.save(path)` without `.keras` or `.h5` (a SavedModel folder) or with
   `save_format=`, `model.load_weights` of a TensorFlow checkpoint, and a
-  `ModelCheckpoint` whose file name does not end as its `save_weights_only` needs;
-- `keras.layers.experimental.preprocessing.*` and `keras.experimental.*`.
+  `ModelCheckpoint` whose file name does not end as its `save_weights_only` needs.
 
 A model is known as such when the name is bound to a Keras model (a `Sequential`, a
 functional `Model`, a subclass of one, `load_model`, an application, or a function
@@ -31,8 +29,8 @@ string, an f-string or `os.path.join(...)`; anything else is not judged.
 Each one fails only when the line runs: `AttributeError: 'Mean' object has no
 attribute 'reset_states'` at the end of the first epoch, after the first
 epoch's training time is spent; `ValueError: Argument(s) not recognized:
-{'lr': ...}` when the optimizer is built; `ValueError: The filename must end in
-\`.weights.h5\`` from the checkpoint saved after the first epoch. Assigning
+{'lr': ...}` when the optimizer is built; a `ValueError` ("The filename must end
+in .weights.h5") from the checkpoint saved after the first epoch. Assigning
 `optimizer.lr = x` fails silently: it sets a new Python attribute, and the
 optimizer keeps its learning rate. `decay=` fails silently instead: Keras 3
 logs "Argument `decay` is no longer supported and will be ignored" and trains at
