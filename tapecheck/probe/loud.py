@@ -162,12 +162,12 @@ _REMOVED_ATTRIBUTES = {
     "lr": ("Keras 3 optimizers have no `lr` attribute (it was an alias of `learning_rate`)",
            "Read or assign `optimizer.learning_rate` (assigning `optimizer.lr` would set a new attribute "
            "and leave the rate unchanged)."),
-    **{name: (f"`Model.{name}()` was removed in Keras 3", f"Call `{instead}`.") for name, instead in (
-        ("fit_generator", "fit` (it takes generators and `tf.data` datasets"),
-        ("evaluate_generator", "evaluate` (it takes generators and `tf.data` datasets"),
-        ("predict_generator", "predict` (it takes generators and `tf.data` datasets"),
-        ("predict_classes", "np.argmax(model.predict(x), axis=-1)"),
-        ("predict_proba", "predict"),
+    **{name: (f"`Model.{name}()` was removed in Keras 3", hint) for name, hint in (
+        ("fit_generator", "Call `fit` (it takes generators and `tf.data` datasets)."),
+        ("evaluate_generator", "Call `evaluate` (it takes generators and `tf.data` datasets)."),
+        ("predict_generator", "Call `predict` (it takes generators and `tf.data` datasets)."),
+        ("predict_classes", "Call `np.argmax(model.predict(x), axis=-1)`."),
+        ("predict_proba", "Call `predict`."),
     )},
 }
 # The ValueErrors Keras 3 raises for a path only Keras 2 could save to or load from (measured on

@@ -280,7 +280,7 @@ def _forward_pass_outside(facts):
                 made = facts.reaching_assigns(name, tape.site)
                 if not made:
                     continue
-                penalties = any(use.name in keras_losses for use in model.spans.uses_in(_body_span(facts, tape)))
+                penalties = any(use.name in keras_losses and facts.records(tape, use.site) for use in facts.uses)
                 yield report(
                     facts, made[-1].site, CODE,
                     f"`{name}` is computed from the model here, before the `with` block of `{label}` "
@@ -316,13 +316,6 @@ def _keras_loss_methods(model, fn) -> frozenset:
         return frozenset()
     own = {method.name for cls in model.bases(fn.owner) for method in model.methods(cls)}
     return frozenset(f"{fn.self_name}.{name}" for name in KERAS_LOSS_METHODS if name not in own)
-
-
-def _body_span(facts, tape) -> tuple[int, int]:
-    """The order span of the events of the tape's (first) `with` block."""
-    block = tape.with_blocks[0]
-    orders = [use.site.order for use in facts.uses if block in facts.chain(use.site.block)]
-    return (min(orders) - 1, max(orders)) if orders else (0, 0)
 
 
 def _caller_passing_the_model(model, fn, param, owners, scope):

@@ -59,7 +59,7 @@ import re
 
 from tapecheck.lint.facts import GRADIENT_METHODS
 from tapecheck.lint.model import model_of
-from tapecheck.lint.queries import MODEL_CLASSES
+from tapecheck.lint.queries import MODEL_CLASSES, method_of
 from tapecheck.rules._common import flatten, is_keras_class, report
 
 CODE = "TAP107"
@@ -199,20 +199,21 @@ def _keras_layer(model, klass) -> bool:
     )
 
 
-def _handed_by_name(facts, spans) -> set[str] | None:
-    """Attribute names (`w` of `model.w`) this file passes to a `gradient` or `apply_gradients` call;
-    None when it trains what its tapes watched (`tape.watched_variables()`), whatever Keras tracks."""
+def _trained_by_name(facts, spans) -> set[str]:
+    """Attribute names (`w` of `model.w`) this file passes to a `gradient` or `apply_gradients` call."""
     names = set()
     for call in facts.calls:
-        method = call.method or call.func.method
-        if method == "watched_variables":
-            return None
-        if method in GRADIENT_METHODS or method == "apply_gradients":
+        if method_of(call) in GRADIENT_METHODS or method_of(call) == "apply_gradients":
             for use in spans.uses_in((call.first_arg, call.end_order)):
                 head, _, attribute = use.name.rpartition(".")
                 if head:
                     names.add(attribute)
     return names
+
+
+def _trains_what_was_watched(facts) -> bool:
+    """`tape.watched_variables()`: the loop trains every variable its tape saw, tracked or not."""
+    return any(method_of(call) == "watched_variables" for call in facts.calls)
 
 
 def _handed_out(model, klass, attribute: str) -> bool:
@@ -234,7 +235,9 @@ def _handed_out(model, klass, attribute: str) -> bool:
 
 def check(facts):
     model = model_of(facts)
-    handed = False  # worked out when first needed
+    if _trains_what_was_watched(facts):
+        return
+    handed = None  # worked out when first needed
     for fn in model.functions.values():
         klass = fn.owner
         if klass is None or not fn.bound or not _keras_layer(model, klass):
@@ -251,9 +254,9 @@ def check(facts):
             made = [e for e in flatten(assign.value) if e.kind == "call" and _trainable_variable(model, e, assign)]
             if not made:
                 continue
-            if handed is False:
-                handed = _handed_by_name(facts, model.spans)
-            if handed is None or attribute in handed or _handed_out(model, klass, attribute):
+            if handed is None:
+                handed = _trained_by_name(facts, model.spans)
+            if attribute in handed or _handed_out(model, klass, attribute):
                 continue
             finding = report(
                 facts, assign.site, CODE,
