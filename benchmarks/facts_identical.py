@@ -5,7 +5,7 @@
     python benchmarks/facts_identical.py --dump facts.pkl   # also pickle the facts (path -> facts or error)
     python benchmarks/facts_identical.py --against facts.pkl  # compare with facts dumped before (another version)
 
-For every file tapecheck parses (those its screen lets through), `engine._facts` runs
+For every file tapecheck parses (those its screen lets through), `source.facts_of` runs
 twice in this process: with `fastcst.Positions` as it is, and with a `Positions` that
 asks libcst's own `PositionProvider` for every range. The facts (dataclasses) must be
 equal, and the cheap positions must never have had to ask libcst themselves (a node
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from lint_speed import default_tree, screened_files
 
-from tapecheck.lint import engine, extract, fastcst
+from tapecheck.lint import extract, fastcst, source
 
 
 class LibcstPositions(fastcst.Positions):
@@ -50,8 +50,8 @@ def facts_of(path: str, positions) -> object:
     extract.Positions = positions
     try:
         with open(path, "rb") as handle:
-            return engine._facts(handle.read(), path)
-    except engine.LintError as exc:
+            return source.facts_of(handle.read(), path)
+    except source.LintError as exc:
         return f"LintError: {exc}"
     finally:
         extract.Positions = fastcst.Positions

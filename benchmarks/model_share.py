@@ -7,7 +7,7 @@
 One process, one pass over the files tapecheck parses (those its screen admits), each with
 the cyclic collector paused and its model closed after, as the engine does: for
 each, the facts are built (read, parse, walk), then every rule runs on them; the first
-rule that asks builds the model (`tapecheck.lint.model.model_of`), the others reuse it.
+rule that asks builds the model (`tapecheck.model.model_of`), the others reuse it.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ def main(argv=None) -> int:
         import importlib.util
 
         paths = [os.path.dirname(importlib.util.find_spec(name).origin) for name in ("tensorflow", "keras")]
-    from tapecheck.lint.engine import LintError, _facts, may_fire, no_cyclic_collection, read_source
+    from tapecheck.lint.engine import may_fire
+    from tapecheck.lint.source import LintError, facts_of as _facts, no_cyclic_collection, read_source
     from tapecheck.lint.files import discover
-    from tapecheck.lint.model import model_of
+    from tapecheck.model import model_of
     from tapecheck.rules import RULES
 
     files, _ = discover(paths)

@@ -4,7 +4,7 @@
 watches real training. Both report the same rule codes (see `tapecheck rules`).
 """
 
-__version__ = "0.1.0"
+from tapecheck._version import __version__  # noqa: F401
 
 
 def __getattr__(name):

@@ -11,7 +11,7 @@ import os
 
 import click
 
-from tapecheck import __version__
+from tapecheck._version import __version__
 
 # name -> ("module:attribute" of a click command, one-line help shown by `tapecheck --help`)
 SUBCOMMANDS = {

@@ -48,13 +48,6 @@ class Finding:
     details: dict = field(default_factory=dict, compare=False, hash=False)
     fix: Fix | None = field(default=None, compare=False, hash=False)  # set by tapecheck.lint.fixes
 
-    @property
-    def name(self) -> str:
-        from tapecheck.rules import RULES_BY_CODE
-
-        rule = RULES_BY_CODE.get(self.code)
-        return rule.name if rule else ""
-
     def location(self) -> str:
         if self.cell is not None:
             return f"{self.path}:cell {self.cell}:{self.line}:{self.col}"
@@ -67,9 +60,7 @@ class Finding:
         return text
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["name"] = self.name
-        return data
+        return asdict(self)
 
 
 @dataclass(frozen=True, order=True)

@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from tapecheck.cli import main
 from tapecheck.lint import lint_source
-from tapecheck.lint.fixes import SourceText, apply_edits, attach_fixes, edit_spans, fix_source
+from tapecheck.lint.fixes import SourceText, apply_edits, attach_fixes, edit_spans
+from tapecheck.lint.fixing import fix_source
 from tapecheck.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[1]

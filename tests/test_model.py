@@ -11,8 +11,8 @@ import pytest
 
 from expectations import expected, found
 from tapecheck.lint import lint_source
-from tapecheck.lint.engine import _facts
-from tapecheck.lint.model import Function, Instance, Klass, model_of
+from tapecheck.lint.source import facts_of as _facts
+from tapecheck.model import Function, Instance, Klass, model_of
 
 
 def model(source: str):
@@ -254,7 +254,7 @@ def test_the_model_knows_which_names_hold_a_keras_model(tmp_path):
     """`holds_a_model`: built here or by a function of another module, handed to a trainer's
     constructor, `self` in a Model subclass, `self.model` in a callback; unknown is False."""
     from tapecheck.lint.engine import read_source
-    from tapecheck.lint.model import model_of
+    from tapecheck.model import model_of
 
     (tmp_path / "nets.py").write_text(textwrap.dedent("""\
         import keras

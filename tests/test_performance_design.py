@@ -27,7 +27,8 @@ from sources import ROOT, SOURCES, fixture_sources, rule_sources
 
 from tapecheck.lint import parallel
 from tapecheck.lint.cache import Cache, cache_root
-from tapecheck.lint.engine import LintError, lint_paths, lint_python, parse
+from tapecheck.lint.engine import LintError, lint_python, parse
+from tapecheck.lint.parallel import lint_paths
 from tapecheck.lint.extract import FactsBuilder, extract
 from tapecheck.lint.fastcst import FastVisitor, Positions, parse_module
 from tapecheck.rules import RULES
@@ -227,7 +228,7 @@ def test_a_linted_file_leaves_nothing_for_the_collector(name):
 
     from tapecheck.lint.facts import FileFacts
     from tapecheck.lint.fastcst import Positions
-    from tapecheck.lint.model import ProgramModel
+    from tapecheck.model import ProgramModel
 
     source = (ROOT / "fixtures" / name).read_bytes()
     lint_python(source, name)  # imports and module-level caches settle first

@@ -149,7 +149,7 @@ def _full_walk_refuses(source: bytes) -> bool:
     """The nesting check as it was: every node of Python's tree walked, none skipped."""
     import ast
 
-    from tapecheck.lint.engine import MAX_NESTING
+    from tapecheck.lint.source import MAX_NESTING
 
     stack = [(ast.parse(source), 0)]
     while stack:
@@ -177,7 +177,7 @@ NEAR_THE_LIMIT = {  # one level of nesting per unit; the limit falls inside each
 
 @pytest.mark.parametrize("case", sorted(NEAR_THE_LIMIT))
 def test_the_nesting_check_refuses_exactly_what_the_full_walk_refuses(case):
-    from tapecheck.lint.engine import LintError, _check_nesting
+    from tapecheck.lint.source import LintError, _check_nesting
 
     outcomes = set()
     for n in range(880, 1120, 7):
@@ -362,12 +362,12 @@ def test_two_runs_at_once_give_the_result_of_one(tmp_path, extra):
 
 
 def test_nesting_tokens_are_counted_per_line_as_the_pattern_finds_them():
-    """engine.nesting_tokens_per_line (keywords to one byte, then bytes.translate) against
+    """nesting_tokens_per_line (keywords to one byte, then bytes.translate) against
     `_NESTING_TOKENS.findall` line by line: on the fixtures, rule examples, and lines made to
     trip it (keywords inside names, at line ends, operators in strings, CR LF, no final newline)."""
     from sources import SOURCES
 
-    from tapecheck.lint.engine import _NESTING_TOKENS, nesting_tokens_per_line
+    from tapecheck.lint.source import _NESTING_TOKENS, nesting_tokens_per_line
 
     tricky = [
         b"notable = android or iffy and elsewhere\n",

@@ -166,7 +166,7 @@ def step_conditional(x, y, robust):
 
 
 def test_the_fix_is_offered_only_where_it_is_unambiguous(tmp_path):
-    from tapecheck.lint.fixes import fix_source
+    from tapecheck.lint.fixing import fix_source
 
     path = tmp_path / "steps.py"
     path.write_text(AMBIGUOUS)

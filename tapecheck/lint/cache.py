@@ -32,7 +32,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from tapecheck import __version__
+from tapecheck._version import __version__
 from tapecheck.lint.atomic import replace_file
 from tapecheck.findings import Edit, FileError, Finding, Fix
 
@@ -61,10 +61,8 @@ def cache_root(start: str | None = None) -> str:
 
 def _code_fingerprint() -> str:
     """Sizes and modification times of tapecheck's own modules and of libcst's version file."""
-    import tapecheck
-
     parts = [__version__, sys.version, FORMAT]
-    package = os.path.dirname(os.path.abspath(tapecheck.__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tapecheck/
     for folder, dirs, files in os.walk(package):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):

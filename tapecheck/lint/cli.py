@@ -196,7 +196,7 @@ def _run(paths, options) -> int:
     diffs = []
     fixed_stdin = None
     if fix or diff:  # findings come with their fixes (engine, cache): only rewriting needs the fixers here
-        from tapecheck.lint import fixes as fixing
+        from tapecheck.lint import fixing
     for path, found in by_path.items():
         if not (fix or diff) or not any(f.fix is not None for f in found):
             outcome.findings.extend(found)

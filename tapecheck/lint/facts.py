@@ -180,7 +180,7 @@ class FileFacts:
     stores: list[Assign] = field(default_factory=list)  # `d[k] = v`: target is the container (`d`), kind "store"
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
     relative_imports: dict[str, str] = field(default_factory=dict)  # `from .models import Net`: Net -> models.Net
-    model: object = field(default=None, repr=False)  # the program model (tapecheck.lint.model), built on demand
+    model: object = field(default=None, repr=False)  # the program model (tapecheck.model), built on demand
     _chains: dict[int, list[int]] = field(default_factory=dict, repr=False)
     # (target, scope) -> assigns in order, for reaching_assigns; rebuilt when assigns grow (the walk asks too)
     _by_name: dict | None = field(default=None, repr=False)

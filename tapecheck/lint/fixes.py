@@ -2,14 +2,13 @@
 
 A fixer turns a finding into a `Fix` (plain text edits) by looking at the
 file's syntax tree again; the rules themselves stay pure functions of facts.
-Fixes are applied one at a time, each kept only if the new text parses and
-re-linting shows one fewer finding of that code and no new finding of any
-other. Files are rewritten atomically (temp file, then rename), with their
-encoding, BOM and line endings kept.
+Files are rewritten atomically (temp file, then rename), with their encoding,
+BOM and line endings kept. Applying them, one at a time and re-linting after
+each, is `fixing.py`'s loop, which sits above the engine.
 
 The engine imports this module only when a fixable rule fires (it attaches the
-fixes in the linting pass, so they are cached with the findings); the CLI imports
-it only for `--fix`/`--diff`, and `difflib`/`tempfile` load only for those.
+fixes in the linting pass, so they are cached with the findings); nothing here
+imports the engine.
 """
 
 from __future__ import annotations
@@ -19,13 +18,11 @@ import io
 import os
 import re
 import tokenize
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from tapecheck.findings import Edit, Finding, Fix
 from tapecheck.lint.facts import GRADIENT_METHODS
-from tapecheck.rules import RULES, Rule
 
 MAX_PASSES = 50  # fixes applied per file; each pass lints the file twice
 _NEWLINE = re.compile(r"\r\n|\r|\n")
@@ -392,81 +389,6 @@ def attach_fixes(source: bytes, path: str, findings: Sequence[Finding]) -> list[
     return out
 
 
-# -- applying ------------------------------------------------------------------------------------
-@dataclass
-class FixOutcome:
-    path: str
-    original: bytes
-    fixed: bytes
-    fixed_count: int
-    remaining: list[Finding]
-
-    @property
-    def changed(self) -> bool:
-        return self.fixed != self.original
-
-    def diff(self) -> str:
-        import difflib
-
-        before = SourceText.from_bytes(self.original)
-        after = SourceText.from_bytes(self.fixed)
-        lines = difflib.unified_diff(
-            before.text.splitlines(keepends=True), after.text.splitlines(keepends=True),
-            fromfile=f"a/{self.path}", tofile=f"b/{self.path}",
-        )
-        return "".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines)
-
-
-def _lint(text: str, source: SourceText, path: str, keep: Callable[[Finding, str], bool], rules: Sequence[Rule]) -> list[Finding]:
-    from tapecheck.lint.engine import lint_python
-
-    return [f for f in lint_python(source.encode(text), path, rules) if keep(f, text)]
-
-
-def _improves(before: list[Finding], after: list[Finding], code: str) -> bool:
-    old, new = Counter(f.code for f in before), Counter(f.code for f in after)
-    return new[code] < old[code] and all(new[c] <= old[c] for c in new if c != code)
-
-
-def fix_source(
-    data: bytes,
-    path: str,
-    keep: Callable[[Finding, str], bool] = lambda finding, text: True,
-    unsafe: bool = False,
-    rules: Sequence[Rule] = RULES,
-) -> FixOutcome:
-    """Apply every applicable fix to a file's contents; nothing is written here.
-
-    `keep(finding, text)` says whether a finding counts (configuration and
-    suppressions); a fix is kept only if the result parses, loses one finding
-    of its code and gains none of another.
-    """
-    from tapecheck.lint.engine import LintError
-
-    source = SourceText.from_bytes(data)
-    text = source.text
-    findings = _lint(text, source, path, keep, rules)
-    start_count = len(findings)
-    rejected: set[tuple] = set()
-    for _ in range(MAX_PASSES):
-        candidates = [
-            f for f in findings  # lint_python attached their fixes
-            if f.fix is not None and (f.fix.safe or unsafe) and (f.code, f.fix.edits) not in rejected
-        ]
-        if not candidates:
-            break
-        finding = candidates[0]
-        try:
-            new_text = apply_edits(text, finding.fix.edits, source.newline)
-            after = _lint(new_text, source, path, keep, rules)
-        except (ValueError, LintError, UnicodeEncodeError):
-            after = None
-        if after is None or new_text == text or not _improves(findings, after, finding.code):
-            rejected.add((finding.code, finding.fix.edits))
-            continue
-        text, findings = new_text, after
-    fixed = source.encode(text) if text != source.text else data
-    return FixOutcome(path, data, fixed, start_count - len(findings), findings)
 
 
 def atomic_write(path: str, data: bytes) -> None:

@@ -206,30 +206,6 @@ def relocate(finding: Finding, program: NotebookProgram) -> Finding:
     )
 
 
-def lint_notebook(data: bytes | str, path: str, rules) -> list[Finding]:
-    """Findings for a notebook's contents. Raises LintError for a broken notebook."""
-    from tapecheck.lint.engine import LintError, lint_python
-
-    try:
-        program = notebook_program(data)
-    except NotebookError as exc:
-        raise LintError(str(exc)) from None
-    source = program.source.encode("utf-8")
-    try:
-        findings = lint_python(source, path, rules)
-        if not findings and program.source:
-            from tapecheck.lint.engine import may_fire
-            from tapecheck.lint.parallel import syntax_problem
-
-            # Screened out: Python's parser still says whether the cells are valid Python.
-            problem = None if may_fire(source, rules) else syntax_problem(source)
-            if problem is not None:
-                raise LintError(problem)
-    except LintError as exc:
-        raise LintError(_relocate_text(str(exc), program, None)) from None
-    return sorted(relocate(finding, program) for finding in findings)
-
-
 # -- where a cell's line lies in the .ipynb file (SARIF, GitHub annotations) --------------
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _JSON_WHITESPACE = re.compile(r"[ \t\r\n]*")

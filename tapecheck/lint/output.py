@@ -15,10 +15,10 @@ from pathlib import Path
 
 import click
 
-from tapecheck import __version__
+from tapecheck._version import __version__
 from tapecheck.findings import FileError, Finding
 from tapecheck.lint.suppressions import UnusedSuppression
-from tapecheck.rules import RULES, RULES_BY_CODE
+from tapecheck.rules import RULES, RULES_BY_CODE, rule_name
 
 FORMATS = ("full", "concise", "json", "sarif", "github", "text")  # text: full, its old name
 JSON_VERSION = 1  # bumped only when a field changes meaning or goes away
@@ -264,7 +264,7 @@ def _finding_json(finding: Finding, outcome: Outcome) -> dict:
         "line": finding.line,
         "col": finding.col,
         "code": finding.code,
-        "name": finding.name,
+        "name": rule_name(finding.code),
         "message": finding.message,
         "hint": finding.hint,
         "origin": finding.origin,
@@ -435,7 +435,7 @@ def to_github(outcome: Outcome) -> str:
     lines = [_annotation("error", e.path, e.message, "tapecheck error") for e in outcome.errors]
     positions = FilePositions(outcome.sources)
     for f in outcome.findings:
-        title = f"tapecheck ({f.code} {f.name})"
+        title = f"tapecheck ({f.code} {rule_name(f.code)})"
         # a notebook finding: at its line of the .ipynb file, the cell named in the message
         message = f.message if f.cell is None else f"cell {f.cell}, line {f.line}: {f.message}"
         line, col = positions.locate(f.path, f.cell, f.line, f.col) or (None, None)

@@ -15,13 +15,14 @@ import gc
 import os
 import re
 import stat as stat_module
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from tapecheck.findings import FileError
-from tapecheck.lint.engine import LintError, Report, lint_source, may_fire, read_source
-from tapecheck.rules import RULES_BY_CODE, Rule
+from tapecheck.lint.engine import Report, lint_source, may_fire
+from tapecheck.lint.source import LintError, read_source, syntax_problem
+from tapecheck.rules import RULES, RULES_BY_CODE, Rule
 
 # Below this much work a pool costs more than it saves (start-up ~0.1 s per worker).
 MIN_PARALLEL_FILES = 8
@@ -103,39 +104,6 @@ def _lint_one(path: str, source: bytes, rules: Sequence[Rule]) -> Report:
     return report
 
 
-def syntax_problem(source: bytes) -> str | None:
-    """Why Python cannot parse this file, None when it can: for files the byte screen rejects.
-
-    The screen decides that no rule can fire, not that the file is Python: a syntax error
-    or a binary renamed `.py` must still be reported (as ruff does). Python's own parser,
-    in C, costs about a tenth of libcst's; nothing here imports libcst. It runs through
-    `symtable`, which parses in C and builds no Python objects for the tree (0.70x the
-    time of `ast.parse` on the 2,318 files of tensorflow+keras the screen skips), and
-    also reports what Python refuses when it compiles the names (`nonlocal` at module
-    level, a parameter declared global).
-    """
-    import symtable
-    import warnings
-
-    from tapecheck.lint.engine import _check_encoding, no_cyclic_collection
-
-    if b"\0" in source:
-        return "binary file (contains NUL bytes), not Python source"
-    try:
-        text = _check_encoding(source)
-    except LintError as exc:
-        return str(exc)
-    try:
-        with warnings.catch_warnings(), no_cyclic_collection():
-            warnings.simplefilter("ignore")  # SyntaxWarnings (invalid escapes) are not ours to print
-            symtable.symtable(text, "<lint>", "exec")
-    except SyntaxError as exc:
-        return f"syntax error at line {exc.lineno}, column {exc.offset or 1}: {exc.msg}"
-    except (RecursionError, MemoryError):
-        return "expression nested too deeply to parse"
-    except ValueError as exc:
-        return f"cannot parse: {exc}"
-    return None
 
 
 def screened_out(path: str, source: bytes) -> Report:
@@ -222,7 +190,7 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
                 continue
             record = _learn(path, source, rules, with_digest=bool(cache))
             if cache:
-                from tapecheck.lint.model import dependencies
+                from tapecheck.model.project import dependencies
 
                 # project files the model may read for it (a screened-out file has no cached results)
                 record["deps"] = dependencies(path, source) if record["screen"] is None else []
@@ -255,7 +223,7 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
                     results[position] = Report(errors=[FileError(path, str(exc))], files_checked=1)
                     continue
                 if content_digest_of(source) != digest:  # changed under an unchanged stat: learn it again
-                    from tapecheck.lint.model import dependencies
+                    from tapecheck.model.project import dependencies
 
                     record = _learn(path, source, rules, with_digest=True)
                     record["deps"] = dependencies(path, source) if record["screen"] is None else []
@@ -380,3 +348,17 @@ def _alone(path: str, source: bytes, codes: tuple[str, ...]) -> Report:
         report = Report(files_checked=1)
         report.errors.append(FileError(path, "the linting process died on this file (please report it)"))
         return report
+
+
+def lint_paths(paths: Iterable[str], rules: Sequence[Rule] = RULES, *, jobs: int | None = None, cache=None) -> Report:
+    """Lint files and folders. `jobs`: processes (None: chosen by the amount of work, 1: this
+    process only); `cache`: True for `.tapecheck_cache`, or a `cache.Cache` (see parallel.py)."""
+    from tapecheck.lint.files import discover
+
+    report = Report()
+    files, errors = discover(paths)
+    report.errors.extend(errors)
+    report.extend(lint_files(files, rules, jobs=jobs, cache=cache))
+    report.findings.sort()
+    report.errors.sort()
+    return report

@@ -359,10 +359,9 @@ def graph_cut_frames(targets, source):
     found = _graph_cut_op(targets, source)
     if found is None:
         return None, None, None
-    from tapecheck.probe.firststep import graph_frames
 
     label, site = _op_label(found)
-    return label, site, graph_frames(found) or None
+    return label, site, sites.graph_frames(found) or None
 
 
 def _graph_cut_op(targets, source):

@@ -89,20 +89,6 @@ def _eager() -> bool:
     return context.executing_eagerly()
 
 
-def graph_frames(op) -> list[tuple]:
-    """(path, line, function) of each user frame of a graph op's creation stack, outermost first."""
-    try:
-        frames = list(op.traceback or ())
-    except AttributeError:
-        return []
-    found = []
-    for frame in frames:
-        if sites.is_user_file(frame.filename):
-            name = getattr(frame, "name", "") or ""
-            found.append((os.path.abspath(frame.filename), frame.lineno, name.removeprefix("tf__")))
-    return found
-
-
 def where(path: str, line: int, reporting: str) -> str:
     """"line 9", or "line 9 of losses.py" for a line of another file."""
     if not path or not reporting or os.path.abspath(path) == os.path.abspath(reporting):

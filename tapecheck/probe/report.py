@@ -168,7 +168,8 @@ def render(findings, fmt: str = "text", task: dict | None = None, merged: list |
     in JSON, "seen by workers 0, 1" in text.
     """
     if fmt == "json":
-        from tapecheck import __version__
+        from tapecheck._version import __version__
+        from tapecheck.rules import rule_name
 
         codes: dict[str, int] = {}
         for f in findings:
@@ -176,6 +177,7 @@ def render(findings, fmt: str = "text", task: dict | None = None, merged: list |
         items = []
         for f in findings:
             item = f.to_dict()
+            item["name"] = rule_name(f.code)
             workers = item["details"].pop("workers", None)
             if workers is not None:
                 item["workers"] = workers

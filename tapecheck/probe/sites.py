@@ -146,3 +146,17 @@ def display_path(path: str) -> str:
     except ValueError:
         return path
     return path if rel.startswith("..") else rel
+
+
+def graph_frames(op) -> list[tuple]:
+    """(path, line, function) of each user frame of a graph op's creation stack, outermost first."""
+    try:
+        frames = list(op.traceback or ())
+    except AttributeError:
+        return []
+    found = []
+    for frame in frames:
+        if is_user_file(frame.filename):
+            name = getattr(frame, "name", "") or ""
+            found.append((os.path.abspath(frame.filename), frame.lineno, name.removeprefix("tf__")))
+    return found

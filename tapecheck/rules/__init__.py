@@ -63,6 +63,12 @@ RULES_BY_CODE: dict[str, Rule] = {r.code: r for r in RULES}
 RULES_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 
 
+def rule_name(code: str) -> str:
+    """The rule's name (`tape-reused` for TAP201); "" for a code no rule has."""
+    rule = RULES_BY_CODE.get(code)
+    return rule.name if rule else ""
+
+
 def get_rule(code_or_name: str) -> Rule | None:
     key = code_or_name.strip()
     return RULES_BY_CODE.get(key.upper()) or RULES_BY_NAME.get(key.lower())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from tapecheck.findings import Finding
-from tapecheck.lint.model import KERAS_ROOTS, is_keras_class, keras_member, model_of  # noqa: F401 (shared with the rules)
+from tapecheck.model import is_keras_class, keras_member, model_of  # noqa: F401 (shared with the rules)
 
 def report(facts, site, code: str, message: str, hint: str = "", details: dict | None = None) -> Finding:
     """A finding at `site`; `details`: what tools read without parsing the message (JSON, the probe)."""

@@ -51,8 +51,7 @@ grads = tape.gradient(z, [w, b])  # [2.0, 1.0]
 ```
 '''
 
-from tapecheck.lint.model import model_of
-from tapecheck.lint.queries import prefixes
+from tapecheck.model import model_of, prefixes
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP101"

@@ -39,7 +39,7 @@ grads = tape.gradient(y, [w, b])  # [3.0, 1.0]
 ```
 '''
 
-from tapecheck.lint.model import model_of
+from tapecheck.model import model_of
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP102"

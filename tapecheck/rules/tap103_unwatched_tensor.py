@@ -49,9 +49,18 @@ dy_dx = tape.gradient(y, x)  # [2.0, 4.0, 6.0]
 ```
 '''
 
-from tapecheck.lint.facts import Expr
-from tapecheck.lint.model import VARIABLE_CLASSES, Function, Klass, is_keras_class, model_of
-from tapecheck.lint.queries import MODEL_CLASSES, callee_of, is_metadata, method_of
+from tapecheck.model import (
+    MODEL_CLASSES,
+    VARIABLE_CLASSES,
+    Expr,
+    Function,
+    Klass,
+    callee_of,
+    is_keras_class,
+    is_metadata,
+    method_of,
+    model_of,
+)
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP103"

@@ -84,8 +84,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tapecheck.lint.model import VARIABLE_CLASSES, WEIGHT_METHODS, model_of
-from tapecheck.lint.queries import method_of, prefixes
+from tapecheck.model import VARIABLE_CLASSES, WEIGHT_METHODS, method_of, model_of, prefixes
 from tapecheck.rules._common import compiles_a_loss, defines_call, report
 
 CODE = "TAP104"

@@ -85,8 +85,7 @@ from __future__ import annotations
 
 import os
 
-from tapecheck.lint.model import Function, Instance, Klass, model_of
-from tapecheck.lint.queries import call_span, method_of, variable_owner
+from tapecheck.model import Function, Instance, Klass, call_span, method_of, model_of, variable_owner
 from tapecheck.rules._common import report
 
 CODE = "TAP105"

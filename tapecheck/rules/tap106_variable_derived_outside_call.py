@@ -61,8 +61,7 @@ from __future__ import annotations
 
 import re
 
-from tapecheck.lint.model import VARIABLE_CLASSES, WEIGHT_METHODS, Tracer, model_of
-from tapecheck.lint.queries import prefixes
+from tapecheck.model import VARIABLE_CLASSES, WEIGHT_METHODS, Tracer, model_of, prefixes
 from tapecheck.rules._common import defines_call, report
 
 CODE = "TAP106"

@@ -57,9 +57,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from tapecheck.lint.facts import GRADIENT_METHODS
-from tapecheck.lint.model import model_of
-from tapecheck.lint.queries import MODEL_CLASSES, method_of
+from tapecheck.model import GRADIENT_METHODS, MODEL_CLASSES, method_of, model_of
 from tapecheck.rules._common import flatten, is_keras_class, report
 
 CODE = "TAP107"

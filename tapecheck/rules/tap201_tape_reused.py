@@ -55,7 +55,7 @@ made it, adds `del tape` after that statement. It is safe: the code no longer
 raises, and computes the same gradients.
 '''
 
-from tapecheck.lint.model import model_of
+from tapecheck.model import model_of
 from tapecheck.rules._common import report
 
 CODE = "TAP201"

@@ -42,8 +42,7 @@ use, when that statement is in the block that made the tape and the name is
 not read anywhere else.
 '''
 
-from tapecheck.lint.facts import GRADIENT_METHODS
-from tapecheck.lint.model import TF_FUNCTIONS
+from tapecheck.model import GRADIENT_METHODS, TF_FUNCTIONS
 from tapecheck.rules._common import report
 
 CODE = "TAP202"

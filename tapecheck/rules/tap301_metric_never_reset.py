@@ -72,7 +72,7 @@ you think of as the epoch.
 import re
 from typing import NamedTuple
 
-from tapecheck.lint.model import model_of
+from tapecheck.model import model_of
 from tapecheck.rules._common import metric_bindings, report
 
 CODE = "TAP301"

@@ -78,7 +78,7 @@ automatic fix.
 import dataclasses
 import re
 
-from tapecheck.lint.model import model_of
+from tapecheck.model import model_of
 from tapecheck.rules._common import flatten, is_keras_class, keras_member, metric_bindings, report
 
 CODE = "TAP302"

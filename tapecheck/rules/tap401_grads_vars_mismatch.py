@@ -47,9 +47,8 @@ def gan_step(generator, discriminator, gen_opt, disc_opt, noise, real, loss_fns)
 
 from __future__ import annotations
 
-from tapecheck.lint.model import model_of
+from tapecheck.model import SAME_LIST, call_span, callee_of, method_of, model_of, spans_of, variable_owner
 from tapecheck.rules._common import report
-from tapecheck.lint.queries import SAME_LIST, call_span, callee_of, method_of, spans_of, variable_owner
 
 CODE = "TAP401"
 NAME = "grads-vars-mismatch"

@@ -55,10 +55,8 @@ from __future__ import annotations
 
 import os
 
-from tapecheck.lint.facts import GRADIENT_METHODS
+from tapecheck.model import GRADIENT_METHODS, TF_FUNCTIONS, method_of, model_of
 from tapecheck.rules._common import compiles_a_loss, defines_call, report
-from tapecheck.lint.model import TF_FUNCTIONS, model_of
-from tapecheck.lint.queries import method_of
 
 CODE = "TAP402"
 NAME = "state-created-in-step"

@@ -65,10 +65,19 @@ from __future__ import annotations
 import os
 import re
 
-from tapecheck.lint.facts import GRADIENT_METHODS
-from tapecheck.lint.model import LIBRARIES, Function, Klass, load_module, model_of
+from tapecheck.model import (
+    GRADIENT_METHODS,
+    LIBRARIES,
+    MODEL_CLASSES,
+    Function,
+    Klass,
+    callee_of,
+    load_module,
+    model_of,
+    spans_of,
+    variable_owner,
+)
 from tapecheck.rules._common import keras_member, report
-from tapecheck.lint.queries import MODEL_CLASSES, callee_of, spans_of, variable_owner
 
 CODE = "TAP403"
 NAME = "missing-training-flag"

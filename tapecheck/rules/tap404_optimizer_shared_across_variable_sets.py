@@ -68,9 +68,7 @@ from __future__ import annotations
 import re
 
 
-from tapecheck.lint.distribute import distributes
-from tapecheck.lint.model import Function, Klass, model_of
-from tapecheck.lint.queries import SAME_LIST, method_of, variable_owner
+from tapecheck.model import SAME_LIST, Function, Klass, distributes, method_of, model_of, variable_owner
 from tapecheck.rules._common import is_keras_class, report
 
 CODE = "TAP404"

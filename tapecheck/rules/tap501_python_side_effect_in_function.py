@@ -66,13 +66,15 @@ from __future__ import annotations
 import re
 
 from tapecheck.rules._common import report
-from tapecheck.lint.model import TF_FUNCTIONS, Function, model_of
-from tapecheck.lint.queries import (
+from tapecheck.model import (
     METADATA_CALLS,
+    TF_FUNCTIONS,
+    Function,
     call_span,
     callee_of,
     is_metadata,
     method_of,
+    model_of,
     spans_of,
     within,
 )

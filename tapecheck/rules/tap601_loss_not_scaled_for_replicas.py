@@ -76,9 +76,18 @@ No automatic fix: the global batch size is the program's to name.
 
 from __future__ import annotations
 
-from tapecheck.lint.distribute import all_calls, makes_keras_model, makes_strategy, strategy_steps
-from tapecheck.lint.model import Instance, keras_member, model_of
-from tapecheck.lint.queries import METADATA_CALLS, callee_of, method_of
+from tapecheck.model import (
+    METADATA_CALLS,
+    Instance,
+    all_calls,
+    callee_of,
+    keras_member,
+    makes_keras_model,
+    makes_strategy,
+    method_of,
+    model_of,
+    strategy_steps,
+)
 from tapecheck.rules._common import report
 
 CODE = "TAP601"

@@ -68,9 +68,16 @@ def distributed_step(x, y):
 
 from __future__ import annotations
 
-from tapecheck.lint.distribute import STRATEGIES, builds_variables, makes_strategy, strategy_steps
-from tapecheck.lint.model import model_of
-from tapecheck.lint.queries import callee_of, method_of, variable_owner
+from tapecheck.model import (
+    STRATEGIES,
+    builds_variables,
+    callee_of,
+    makes_strategy,
+    method_of,
+    model_of,
+    strategy_steps,
+    variable_owner,
+)
 from tapecheck.rules._common import report
 
 CODE = "TAP602"

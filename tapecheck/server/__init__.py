@@ -11,12 +11,6 @@ import sys
 
 import click
 
-# Where the rule pages (rules/TAP101.md ...) are published, when they are. The project
-# has no public site yet: diagnostics then link to the page in the checkout tapecheck
-# runs from (a file URI), and carry no link from an installed wheel.
-RULES_BASE_URL: str | None = None
-
-
 @click.command()
 @click.option("--stdio", is_flag=True, help="Talk over standard input and output (the default and only transport).")
 def cli(stdio):

@@ -29,14 +29,16 @@ _NEWLINE = re.compile(r"\r\n|\r|\n")
 _WORD = re.compile(r"[\w.]+")
 _WHERE = re.compile(r"\bline (\d+)(?:, column (\d+))?")
 SUPPRESSION = "# noqa: {code}"  # the form ruff users know; tapecheck honours it (lint/suppressions.py)
+# Where the rule pages (rules/TAP101.md ...) are published, when they are. The project
+# has no public site yet: diagnostics then link to the page in the checkout tapecheck
+# runs from (a file URI), and carry no link from an installed wheel.
+RULES_BASE_URL: str | None = None
 
 
 def rule_url(code: str) -> str | None:
     """The rule's page (rules/CODE.md). The project has no published site: the page in the
     checkout tapecheck runs from, as a file URI, when it is there (a clone or an editable
     install); None for an installed wheel, which carries no pages."""
-    from tapecheck.server import RULES_BASE_URL
-
     if RULES_BASE_URL:
         return f"{RULES_BASE_URL.rstrip('/')}/{code}.md"
     page = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "rules", f"{code}.md")

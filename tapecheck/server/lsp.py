@@ -36,7 +36,8 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.uris import to_fs_path
 
-from tapecheck import __version__
+from tapecheck._version import __version__
+from tapecheck.rules import rule_name
 from tapecheck.server.linting import Cell, Located, Result, Snapshot, code_units, lint_snapshot, rule_url, split_lines, word_end
 
 logger = logging.getLogger("tapecheck.server")
@@ -161,7 +162,7 @@ class TapecheckServer(LanguageServer):
         change what the model knows of them."""
         if not path.endswith(".py"):
             return []
-        from tapecheck.lint.model import dependencies
+        from tapecheck.model.project import dependencies
 
         target = os.path.abspath(path)
         found = []
@@ -299,7 +300,7 @@ class TapecheckServer(LanguageServer):
             code=finding.code,
             code_description=types.CodeDescription(href=href) if href else None,
             source="tapecheck",
-            data={"name": finding.name, "hint": finding.hint, "cell": finding.cell,
+            data={"name": rule_name(finding.code), "hint": finding.hint, "cell": finding.cell,
                   "fix": finding.fix.title if item.fix else None},
         )
 

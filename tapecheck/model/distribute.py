@@ -3,14 +3,15 @@
 
 TAP601 (a loss averaged per replica) and TAP602 (a model built outside the strategy's
 scope) ask these; TAP404 asks whether the file distributes at all. They are queries on
-the program model (`tapecheck.lint.model`): like the rules, nothing here imports libcst
+the program model (`tapecheck.model`): like the rules, nothing here imports libcst
 or TensorFlow.
 """
 
 from __future__ import annotations
 
-from tapecheck.lint.model import Function, Klass, keras_member
-from tapecheck.lint.queries import callee_of, method_of
+from tapecheck.model.keras import keras_member
+from tapecheck.model.objects import Function, Klass
+from tapecheck.model.queries import callee_of, method_of
 
 # Strategies whose replicas each run the step on a part of the batch, with mirrored variables.
 STRATEGIES = frozenset(

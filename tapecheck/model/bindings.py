@@ -1,0 +1,291 @@
+"""Bindings and scopes: what a name or a `self.` attribute refers to at a site.
+
+Reaching definitions come from `FileFacts.reaching_assigns`; a name not bound in its
+function is looked up in the enclosing functions and then the module (closures and
+globals), and a `self.x` in every method of its class. Answers are a `Function`, a
+`Klass`, an `Instance`, a `ModuleRef`, an assignment, or unknown (None): a parameter, an
+import, anything else. `resolved`/`alias_of` map a dotted name through the file's imports
+and its aliases (`K = tf.keras.backend`).
+"""
+
+from __future__ import annotations
+
+from tapecheck.lint.facts import LAMBDA, Block, Site
+from tapecheck.model.flow import _value_unread
+from tapecheck.model.objects import Function, Instance, ModuleRef
+from tapecheck.model.ops import MAX_ALIAS_DEPTH
+
+
+class Bindings:
+    """What a name, an alias or a `self.` attribute refers to at a site."""
+
+    def lambda_at(self, line: int, scope: int) -> Function | None:
+        """The lambda written on `line` in `scope`, when it is the only one there."""
+        found = self._defs.get((LAMBDA, line, scope))
+        if found is None or self._lambda_lines.get((line, scope), 0) != 1:
+            return None
+        return self.functions.get(found.id)
+    def binding(self, name: str, site: Site, depth: int = 0):
+        """What `name` refers to at `site`: a Function, a class Block, an Instance, or None (unknown)."""
+        if depth > MAX_ALIAS_DEPTH or not name:
+            return None
+        facts = self.facts
+        if "." in name:
+            head, _, attribute = name.partition(".")
+            if "." in attribute:
+                return None
+            klass = self.self_class(head, site)
+            if klass is not None:
+                return self.method_of_block(klass, attribute) or self.attribute(klass, attribute, depth)
+            owner = self.binding(head, site, depth + 1)
+            if isinstance(owner, Instance):
+                klass = owner.klass
+                return self.method(klass, attribute) or klass.model.attribute(klass.block, attribute, depth)
+            if isinstance(owner, ModuleRef):
+                return owner.model.module_binding(attribute, depth + 1)
+            return None
+        scope = facts.scope_of(site)
+        reaching = facts.reaching_assigns(name, site)
+        if reaching:
+            return self._one(reaching, depth)
+        if any(a.target == name for a in self._assigns_by_scope.get(scope, ())):
+            return None  # local to this function, bound later or on a path not seen: unknown
+        scope = self._enclosing(scope)
+        while scope is not None:
+            found = [a for a in self._assigns_by_scope.get(scope, ()) if a.target == name]
+            if found:  # read when the inner function runs, later: every binding may hold
+                return self._one(found, depth) if all(a.kind in ("assign", "def") for a in found) else None
+            scope = self._enclosing(scope)
+        return self._imported(name, depth)
+    def assigns_in(self, scope: int) -> list:
+        """The bindings made in one scope (its own statements, not nested functions')."""
+        return self._assigns_by_scope.get(scope, [])
+    def assigns_reaching(self, name: str, site: Site) -> list:
+        """The bindings of `name` that may hold at `site`: reaching ones in its scope, else every
+        binding in the nearest enclosing scope that has one (a closure or a global is read later)."""
+        facts = self.facts
+        reaching = facts.reaching_assigns(name, site)
+        if reaching:
+            return reaching
+        scope = facts.scope_of(site)
+        if any(a.target == name for a in self._assigns_by_scope.get(scope, ())):
+            return []
+        scope = self._enclosing(scope)
+        while scope is not None:
+            found = [a for a in self._assigns_by_scope.get(scope, ()) if a.target == name]
+            if found:
+                return found
+            scope = self._enclosing(scope)
+        return []
+    def _uses_named(self, head: str) -> list:
+        """The uses whose dotted name starts with `head` (`b`, `b.assign`), in source order."""
+        if self._uses_by_head is None:
+            self._uses_by_head = {}
+            for use in self.facts.uses:
+                self._uses_by_head.setdefault(use.name.partition(".")[0], []).append(use)
+        return self._uses_by_head.get(head, [])
+    def _uses_of_attribute(self, attribute: str) -> list:
+        """The uses that read `.<attribute>` of anything (`self.b`, `trainer.b.assign`)."""
+        if self._uses_by_attribute is None:
+            self._uses_by_attribute = {}
+            for use in self.facts.uses:
+                for part in set(use.name.split(".")[1:]):
+                    self._uses_by_attribute.setdefault(part, []).append(use)
+        return self._uses_by_attribute.get(attribute, [])
+    def sees(self, scope: int, name: str, bound_in: int) -> bool:
+        """Whether `name` read in `scope` is the binding made in scope `bound_in` (itself, or an
+        enclosing function or the module whose name no nearer scope rebinds)."""
+        while scope is not None:
+            if scope == bound_in:
+                return True
+            if any(a.target == name for a in self._assigns_by_scope.get(scope, ())):
+                return False
+            scope = self._enclosing(scope)
+        return False
+    def reads(self, name: str, site: Site) -> list | None:
+        """The reads of what `name` (a name, or `self.x` in a method) holds at `site`, all in the scope
+        of `site`; None when it is read anywhere else too (a closure, another method, a function
+        that sees the global): the rule cannot tell when those run."""
+        facts = self.facts
+        scope = facts.scope_of(site)
+        head, _, attribute = name.partition(".")
+        if attribute:
+            if "." in attribute or self.self_class(head, site) is None:
+                return None
+            uses = self._uses_of_attribute(attribute)
+            if any(facts.scope_of(u.site) != scope and not _value_unread(u.name, attribute) for u in uses):
+                return None
+            return [u for u in uses if u.name == name or u.name.startswith(name + ".")]
+        assigns = self.assigns_reaching(name, site)
+        if not assigns:
+            return None
+        bound_in = facts.scope_of(assigns[0].site)
+        found = []
+        for use in self._uses_named(name):
+            where = facts.scope_of(use.site)
+            if where == scope:
+                found.append(use)
+            elif self.sees(where, name, bound_in):
+                return None
+        return found
+    def value_assigns(self, name: str, site: Site, depth: int = 0) -> list:
+        """The bindings whose value `name` may hold at `site`, through aliases (`t = self.temperature`)
+        and `self.` attributes set in any method of the class. Empty: unknown."""
+        if depth > MAX_ALIAS_DEPTH:
+            return []
+        head, _, attribute = name.partition(".")
+        if attribute and "." not in attribute:
+            klass = self.self_class(head, site)
+            if klass is None:
+                return []
+            assigns = [assign for assign, _ in self.attribute_assigns(klass, attribute)]
+        elif attribute:
+            return []
+        else:
+            assigns = self.assigns_reaching(name, site)
+        out = []
+        for assign in assigns:
+            value = assign.value
+            if assign.kind == "assign" and value is not None and value.kind in ("name", "attribute") and value.text:
+                inner = self.value_assigns(value.text, assign.site, depth + 1)
+                if not inner:
+                    return []
+                out += inner
+            else:
+                out.append(assign)
+        return out
+    def loop_rebinding(self, name: str, site: Site):
+        """An assignment to `name` later in a loop holding `site`, in its scope: on the next pass
+        `name` holds that value (`w = w - lr * g` inside the training loop)."""
+        facts = self.facts
+        scope = facts.scope_of(site)
+        loops = facts.loops_between(None, site)
+        for assign in self._assigns_by_scope.get(scope, ()):
+            if assign.target == name and assign.site.order > site.order and assign.kind in ("assign", "augassign"):
+                if any(facts.inside(assign.site, loop) for loop in loops):
+                    return assign
+        return None
+    def resolved(self, dotted: str, site: Site) -> str:
+        """`dotted` resolved through the file's imports and, when its head is a name the file
+        binds by assignment (`metrics = tf.keras.metrics`, `K = tf.keras.backend`), through that
+        alias (`alias_of`). The cheap answer first: most heads are imports or bound nowhere."""
+        head = dotted.partition(".")[0]
+        if head == dotted or head in self.facts.imports or head not in self._alias_heads():
+            return self.facts.resolve(dotted)
+        return self.alias_of(dotted, site)
+    def _alias_heads(self) -> set[str]:
+        """Names some assignment binds to a name or an attribute (`K = tf.keras.backend`)."""
+        heads = self.memo.get("alias heads")
+        if heads is None:
+            heads = self.memo["alias heads"] = {
+                a.target for a in self.facts.assigns
+                if a.kind == "assign" and a.value is not None and a.value.kind in ("name", "attribute")
+            }
+        return heads
+    def alias_of(self, dotted: str, site: Site) -> str:
+        """`tensorflow.keras.backend.set_learning_phase` for `K.set_learning_phase` after
+        `K = tf.keras.backend`: a dotted name with its head replaced by what every binding of the head
+        names, resolved through the file's imports. The name itself when its head is no alias."""
+        head, dot, rest = dotted.partition(".")
+        assigns = self.assigns_reaching(head, site)
+        texts = {a.value.text for a in assigns
+                 if a.kind == "assign" and a.value is not None and a.value.kind in ("name", "attribute")}
+        if len(texts) != 1 or len(assigns) != sum(1 for a in assigns if a.kind == "assign"):
+            return self.facts.resolve(dotted)
+        return self.facts.resolve(texts.pop() + dot + rest)
+    def _enclosing(self, scope: int) -> int | None:
+        """The scope whose names a function's body sees next (class bodies do not enclose methods)."""
+        blocks = self.facts.blocks
+        while True:
+            parent = blocks[scope].parent
+            if parent is None:
+                return None
+            scope = blocks[parent].scope
+            if blocks[scope].kind != "class":
+                return scope
+    def self_class(self, head: str, site: Site) -> Block | None:
+        """The class whose instance `head` is at `site`: the class of the method holding `site`,
+        when `head` is that method's `self`. None in a function, a staticmethod, or for another name."""
+        fn = self.functions.get(self.facts.scope_of(site))
+        if fn is not None and fn.bound and fn.self_name == head:
+            return fn.owner
+        return None
+    def attribute_assigns(self, klass: Block, attribute: str) -> list:
+        """Every `self.<attribute> = ...` in the methods of `klass` and its local bases, with the method."""
+        key = (klass.id, attribute)
+        found = self._attribute_assigns.get(key)
+        if found is None:
+            found = []
+            for cls in self.bases(klass):
+                for fn in self.methods(cls):
+                    if fn.bound:
+                        target = f"{fn.self_name}.{attribute}"
+                        found.extend((a, fn) for a in self._assigns_by_scope.get(fn.block.id, ()) if a.target == target)
+            self._attribute_assigns[key] = found
+        return list(found)
+    def attribute(self, klass: Block, attribute: str, depth: int = 0):
+        """What `self.<attribute>` holds in every method of `klass`: one value, or None."""
+        key = (klass.id, attribute)
+        if key in self._attributes:
+            return self._attributes[key]
+        self._attributes[key] = None  # while computing: unknown
+        values = {}
+        for assign, _ in self.attribute_assigns(klass, attribute):
+            value = self._value_of(assign, depth + 1)
+            values[id(value)] = value
+        result = next(iter(values.values())) if len(values) == 1 else None
+        self._attributes[key] = result
+        return result
+    # -- queries the rules ask (one place for reaching definitions and `self.` attributes) -------
+    def assigns_here(self, name: str, site: Site) -> list:
+        """The bindings of `name` in the scope of `site` that may hold there (a parameter is one);
+        [] when none reaches the site from its own scope. Closures and globals are not looked at
+        (`assigns_reaching` does)."""
+        return self.facts.reaching_assigns(name, site)
+    def assign_here(self, name: str, site: Site):
+        """The one binding of `name` in the scope of `site` that holds there, or None (none, or
+        several may hold)."""
+        found = self.facts.reaching_assigns(name, site)
+        return found[0] if len(found) == 1 else None
+    def assigns_named(self, name: str) -> list:
+        """Every binding of `name` in the file, in any scope (parameters too), in the facts' order."""
+        index = self._assigns_by_name
+        if index is None:
+            index = self._assigns_by_name = {}
+            for assign in self.facts.assigns:
+                index.setdefault(assign.target, []).append(assign)
+        return index.get(name, [])
+    def made_once(self, assign) -> bool:
+        """Whether `assign` is the only binding of its name in the file (parameters aside), a plain
+        assignment in no loop and under no `if`/`else`/`except`/`case` of its scope: one object,
+        made once, whatever reads the name (a global, a closure) and whenever."""
+        facts = self.facts
+        return (assign.kind == "assign"
+                and sum(1 for a in self.assigns_named(assign.target) if a.kind != "param") == 1
+                and not facts.loops_between(None, assign.site)
+                and not self.guarded(assign.site, facts.scope_of(assign.site)))
+    def assigns_of(self, name: str, site: Site, bases: bool = True) -> list:
+        """The bindings that may give `name` its value at `site`, one step (aliases not followed): for
+        a name, `assigns_reaching`; for `self.x` in a method, every `self.x = ...` in the methods of
+        its class and, unless `bases` is False, of its local base classes. [] when unknown."""
+        if not name:
+            return []
+        head, _, attribute = name.partition(".")
+        if not attribute:
+            return self.assigns_reaching(name, site)
+        klass = self.self_class(head, site) if "." not in attribute else None
+        if klass is None:
+            return []
+        return [assign for assign, fn in self.attribute_assigns(klass, attribute) if bases or fn.owner is klass]
+    def unaliased(self, dotted: str, site: Site, limit: int = MAX_ALIAS_DEPTH) -> str:
+        """`self.gen.trainable_variables` for `gen.trainable_variables` after `gen = self.gen`: the head
+        replaced by the name it is bound to, while one binding of it in its own scope holds at the site
+        and binds another name (at most `limit` times). Closures and globals are not followed."""
+        for _ in range(limit):
+            head, dot, rest = dotted.partition(".")
+            assign = self.assign_here(head, site)
+            if assign is None or assign.value is None or assign.value.kind not in ("name", "attribute"):
+                break
+            dotted = assign.value.text + dot + rest
+            site = assign.site
+        return dotted

@@ -1,0 +1,272 @@
+"""Keras kinds: what a class or a value of the program is in Keras's terms.
+
+- `keras_member` / `is_keras_class`: a dotted name as a member of one Keras package
+  (`keras.metrics.Mean`, `tf.keras.layers.Dense`, any Keras flavour).
+- `KerasKinds` (part of `ProgramModel`): the program's own classes and their bases
+  (`local_class`, `bases`, `methods`), whether a class is a Keras layer or model,
+  whether a name holds a Keras model at a site (built here, returned by a builder of
+  another module, handed to a trainer), what state a constructor call makes
+  (optimizer, metric, variable), and the losses handed to `compile()`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tapecheck.lint.facts import Block, Call, Site
+from tapecheck.model.objects import Function, Instance, Klass
+from tapecheck.model.ops import MAX_ALIAS_DEPTH
+from tapecheck.model.queries import MODEL_CLASSES, callee_of, method_of
+
+
+# -- what makes state --------------------------------------------------------------------
+VARIABLE_CLASSES = frozenset({
+    "tensorflow.Variable", "keras.Variable", "tensorflow.keras.Variable",
+    # the Keras backend's constructor (`K.variable`): a tf.Variable too
+    "tensorflow.keras.backend.variable", "keras.backend.variable", "tf_keras.backend.variable",
+})
+
+
+KERAS_ROOTS = ("keras.", "tensorflow.keras.", "tf_keras.", "tensorflow.python.keras.")
+
+
+WEIGHT_METHODS = frozenset({"add_weight", "add_variable"})  # `self.add_weight(...)`: a layer's weight
+
+
+# `tf.function` under every name the rules resolve: a function decorated or wrapped by one is traced.
+TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
+
+
+# `keras.models` functions that return a model (besides the classes `Model` and `Sequential`).
+MODEL_FACTORIES = frozenset({"Model", "Sequential", "load_model", "clone_model", "model_from_json"})
+
+
+@functools.lru_cache(maxsize=8192)  # asked of the same few hundred names for every call of a file
+def keras_member(dotted: str, package: str) -> str:
+    """`Mean` for `keras.metrics.Mean` (any Keras flavour) when in `package`, else ""."""
+    if "keras" not in dotted:
+        return ""
+    for root in KERAS_ROOTS:
+        for middle in (f"{package}.", f"src.{package}.", f"api.{package}."):
+            prefix = root + middle
+            if dotted.startswith(prefix):
+                return dotted[len(prefix):].rsplit(".", 1)[-1]
+    return ""
+
+
+def is_keras_class(dotted: str, package: str) -> bool:
+    member = keras_member(dotted, package)
+    return bool(member) and member[0].isupper()
+
+
+class KerasKinds:
+    """Which classes and values of the file are Keras layers, models, metrics, optimizers."""
+
+    # -- classes --------------------------------------------------------------------------
+    def local_class(self, dotted: str) -> Block | None:
+        """The class of this file a base or constructor name (`Net`, resolved) refers to."""
+        found = [b for b in self.classes.values() if b.name == dotted and self.facts.blocks[b.parent].kind == "module"]
+        return found[-1] if found else None
+    def bases(self, klass: Block, depth: int = 0):
+        """`klass` and its local base classes, nearest first."""
+        yield klass
+        if depth > MAX_ALIAS_DEPTH:
+            return
+        for base in klass.bases:
+            local = self.local_class(base)
+            if local is not None and local is not klass:
+                yield from self.bases(local, depth + 1)
+    def method(self, klass: "Klass", name: str) -> Function | None:
+        """The method `name` of a class, found in it or its local bases."""
+        return klass.model.method_of_block(klass.block, name)
+    def methods(self, klass: Block) -> list[Function]:
+        """The functions defined in the body of `klass` (not its bases'), in source order."""
+        if self._methods is None:
+            self._methods = {}
+            for fn in self.functions.values():
+                if fn.owner is not None:
+                    self._methods.setdefault(fn.owner.id, []).append(fn)
+        return self._methods.get(klass.id, [])
+    def method_of_block(self, klass: Block, name: str) -> Function | None:
+        for cls in self.bases(klass):
+            for fn in self.methods(cls):
+                if fn.name == name:
+                    return fn
+        return None
+    def is_keras(self, klass: Block | Klass, package: str = "layers") -> bool:
+        """A subclass of a Keras Layer or Model (package "layers"), Loss ("losses"), Metric ("metrics")."""
+        if isinstance(klass, Klass):
+            return klass.model.is_keras(klass.block, package)
+        for cls in self.bases(klass):
+            for base in cls.bases:
+                if package == "layers" and (is_keras_class(base, "layers") or is_keras_class(base, "models")
+                                            or base in ("keras.Model", "tensorflow.keras.Model", "keras.Layer",
+                                                        "tensorflow.Module", "tensorflow.keras.Sequential")):
+                    return True
+                if package != "layers" and is_keras_class(base, package):
+                    return True
+        return False
+    def is_model_class(self, klass: Block | Klass) -> bool:
+        """A subclass of a Keras `Model` (or `Sequential`), through the local classes it derives from."""
+        if isinstance(klass, Klass):
+            return klass.model.is_model_class(klass.block)
+        return any(base in MODEL_CLASSES or is_keras_class(base, "models")
+                   for cls in self.bases(klass) for base in cls.bases)
+    def makes_a_model(self, call: Call, depth: int = 0) -> bool:
+        """Whether `call` returns a Keras model: a model class (`keras.Sequential`, `keras.Model(inputs,
+        outputs)`, a subclass of one in a linted file), `keras.models.load_model`, an application
+        (`keras.applications.ResNet50`), or a function of a linted file each of whose returns is one."""
+        if depth > MAX_ALIAS_DEPTH or not call.func.text:
+            return False
+        callee = self.resolved(call.func.text, call.site)
+        if callee in MODEL_CLASSES or keras_member(callee, "models") in MODEL_FACTORIES \
+                or is_keras_class(callee, "applications"):
+            return True
+        made = self.binding(call.func.text, call.site)
+        if isinstance(made, Klass):
+            return self.is_model_class(made)
+        if isinstance(made, Function) and not made.bound and made.model is not None:
+            other = made.model
+            returned = other.returned_calls(made)
+            if returned:
+                return all(other.makes_a_model(inner, depth + 1) for inner in returned)
+            names = other.returned_names(made)  # `model = keras.Model(inputs, outputs); return model`
+            return bool(names) and all(other.holds_a_model(name, site, depth + 1) for name, site in names)
+        return False
+    def returned_names(self, fn: Function) -> list | None:
+        """(name, site) for each `return` of `fn` that gives a plain name, or None when some `return`
+        gives anything else (or there is none)."""
+        facts = self.facts
+        found = []
+        for exit_ in facts.exits:
+            if exit_.kind != "return" or facts.scope_of(exit_.site) != fn.block.id:
+                continue
+            uses = self.spans.uses_in(exit_.span) if exit_.span != (0, 0) else []
+            if len(uses) != 1 or "." in uses[0].name or self.spans.calls_in(exit_.span):
+                return None
+            found.append((uses[0].name, uses[0].site))
+        return found or None
+    def holds_a_model(self, name: str, site: Site, depth: int = 0) -> bool:
+        """Whether `name` is a Keras model at `site`: each binding of it (for `self.x`, every
+        `self.x = ...` of the class) is a call that makes one (`makes_a_model`) or a name that holds
+        one; a parameter, when every call of its function here passes one (`Trainer(build_model())`);
+        `trainer.model` when `trainer` is an instance whose class sets `self.model` so; `self` in a method of a Keras Model subclass; `self.model` in a Keras callback (Keras sets
+        it). False when unknown."""
+        if depth > MAX_ALIAS_DEPTH or not name:
+            return False
+        # Each (name, place) is worked out once per file: callers of callers fan out, and a cut-off
+        # answer (False while it is worked out: a cycle; False past the depth) errs towards silence.
+        key = ("holds a model", name, site.order)
+        known = self.memo.get(key)
+        if known is None:
+            self.memo[key] = False
+            known = self.memo[key] = self._holds_a_model(name, site, depth)
+        return known
+    def _holds_a_model(self, name: str, site: Site, depth: int) -> bool:
+        klass = self.self_class(name, site)
+        if klass is not None:
+            return self.is_model_class(klass)
+        head, _, attribute = name.partition(".")
+        if attribute == "model":
+            klass = self.self_class(head, site)
+            if klass is not None and any(is_keras_class(base, "callbacks")
+                                         for cls in self.bases(klass) for base in cls.bases):
+                return True
+        if attribute and "." not in attribute and self.self_class(head, site) is None:
+            owner = self.binding(head, site)  # `trainer.model` for `trainer = Trainer(build())`
+            if isinstance(owner, Instance):
+                other = owner.klass.model
+                assigns = [assign for assign, _ in other.attribute_assigns(owner.klass.block, attribute)]
+                return bool(assigns) and all(other._binds_a_model(assign, depth) for assign in assigns)
+        assigns = self.assigns_of(name, site)
+        return bool(assigns) and all(self._binds_a_model(assign, depth) for assign in assigns)
+    def _binds_a_model(self, assign, depth: int) -> bool:
+        value = assign.value
+        if assign.kind == "param":
+            fn = self.functions.get(self.facts.scope_of(assign.site))
+            passed = self.arguments_for(fn, assign.target) if fn is not None else None
+            return bool(passed) and all(self._is_a_model(call, argument, depth + 1) for call, argument in passed)
+        if assign.kind != "assign" or value is None:
+            return False
+        if value.kind == "call":
+            made = self.value_call(assign)
+            return made is not None and self.makes_a_model(made, depth + 1)
+        return value.kind in ("name", "attribute") and self.holds_a_model(value.text, assign.site, depth + 1)
+    def _is_a_model(self, call: Call, argument, depth: int) -> bool:
+        """Whether `argument`, passed by `call`, is a Keras model."""
+        if argument.kind == "call":
+            span = call.span_of(argument)
+            made = self.call_at(span, argument) if span is not None else None
+            return made is not None and self.makes_a_model(made, depth)
+        return argument.kind in ("name", "attribute") and self.holds_a_model(argument.text, call.site, depth)
+    # -- bindings ---------------------------------------------------------------------------
+    def _definition(self, assign, scope: int):
+        block = self._defs.get((assign.target, assign.site.line, scope))
+        if block is None:
+            return None
+        if block.id in self.classes:
+            return Klass(block, self)
+        return self.functions.get(block.id)
+    def _value_of(self, assign, depth: int):
+        """What one binding binds: a Function, a class Block, an Instance, or None."""
+        facts = self.facts
+        if assign.kind == "def":
+            return self._definition(assign, facts.scope_of(assign.site))
+        value = assign.value
+        if assign.kind != "assign" or value is None:
+            return None
+        if value.kind == "lambda":
+            fn = self.lambda_at(value.value, facts.scope_of(assign.site))
+            if fn is not None and not fn.label:
+                fn.label = assign.target
+            return fn
+        if value.kind in ("name", "attribute") and value.text:
+            return self.binding(value.text, assign.site, depth + 1)
+        if value.kind == "call" and value.func_text:
+            made = self.binding(value.func_text, assign.site, depth + 1)
+            if isinstance(made, Klass):
+                return Instance(made)
+        return None
+    def state_kind(self, call: Call) -> str:
+        """optimizer, metric or variable when the call makes one, else ""."""
+        callee = callee_of(self.facts, call)
+        if callee in VARIABLE_CLASSES:
+            return "variable"
+        if is_keras_class(callee, "optimizers") and ".schedules." not in callee:
+            return "optimizer"
+        if is_keras_class(callee, "metrics"):
+            return "metric"
+        if call.func.kind == "name":
+            made = self.binding(call.func.text, call.site)
+            if isinstance(made, Klass) and self.is_keras(made, "metrics"):
+                return "metric"
+        return ""
+    # -- what Keras runs for you ---------------------------------------------------------
+    def compiled_losses(self):
+        """(compile call, the function Keras calls as a loss, its `y_pred` parameter) for each loss given to `compile`."""
+        for call in self.spans.calls:
+            if method_of(call) != "compile":
+                continue
+            loss = call.arg(1, "loss")
+            if loss is None:
+                continue
+            items = list(loss.elements) if loss.kind in ("list", "tuple") else [loss]
+            for item in items:
+                fn = None
+                if item.kind in ("name", "attribute") and item.text:
+                    target = self.binding(item.text, call.site)
+                    if isinstance(target, Function):
+                        fn = target
+                    elif isinstance(target, Instance):
+                        fn = self.method(target.klass, "call") or self.method(target.klass, "__call__")
+                elif item.kind == "lambda":
+                    fn = self.lambda_at(item.value, self.facts.scope_of(call.site))
+                elif item.kind == "call" and item.func_text:
+                    made = self.binding(item.func_text, call.site)
+                    if isinstance(made, Klass):
+                        fn = self.method(made, "call") or self.method(made, "__call__")
+                if fn is None:
+                    continue
+                positional = fn.params[1:] if fn.bound else fn.params
+                if len(positional) >= 2:
+                    yield call, fn, positional[1]

@@ -1,0 +1,179 @@
+"""The program model of one file, assembled from its parts, and the models of the project files
+it imports.
+
+`ProgramModel` is built once per file (`model_of(facts)`) and shared by every rule. Its
+questions live with their concern: `bindings.py`, `calls.py`, `keras.py`, `summaries.py`,
+`tapes.py` (mixins of this class), the flow tracer in `flow.py`. Here: the model's own
+indexes of the facts (sums, comprehensions, comparisons), names imported from other files of
+the project, and `load_module`, which builds (and caches per process) the model of such a file
+from its facts (`tapecheck.lint.source.facts_of`).
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left, bisect_right
+
+from tapecheck.lint.facts import LAMBDA, Block, FileFacts
+from tapecheck.model.objects import Function, ModuleRef, Summary
+from tapecheck.model.bindings import Bindings
+from tapecheck.model.calls import Calls
+from tapecheck.model.keras import KerasKinds
+from tapecheck.model.ops import MAX_ALIAS_DEPTH
+from tapecheck.model.project import MAX_MODULES, MAX_MODULE_BYTES, _modules, module_file
+from tapecheck.model.queries import spans_of
+from tapecheck.model.summaries import Summaries
+from tapecheck.model.tapes import Tapes
+
+
+class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
+    """The semantic model of one file. Build it with `model_of(facts)`."""
+
+    def close(self) -> None:
+        """Drop what the model built. Its functions and classes refer back to it: cycles that
+        only the garbage collector would free, and a lint runs with it paused. The engine closes
+        the model of a file it has linted; models of other files (`load_module`) stay open."""
+        self.__dict__.clear()
+    def __init__(self, facts: FileFacts):
+        self.facts = facts
+        self.spans = spans_of(facts)
+        self.functions: dict[int, Function] = {}
+        self.classes: dict[int, Block] = {}
+        self._defs: dict[tuple[str, int, int], Block] = {}  # (name, line, scope) -> function/class block
+        self._lambda_lines: dict[tuple[int, int], int] = {}  # (line, scope) -> lambdas written there
+        self._summaries: dict[int, Summary | None] = {}
+        self._compares: list = []
+        self._compare_orders: list[int] | None = None
+        self._sums: list = []
+        self._sum_starts: list[int] | None = None
+        self._attributes: dict[tuple[int, str], object] = {}
+        self._assigns_by_scope: dict[int, list] = {}
+        self._uses_by_head: dict[str, list] | None = None
+        self._callers: dict[int, list] | None = None
+        self._calls_by_name: dict[str, list] = {}
+        self._methods: dict[int, list] | None = None
+        self._attribute_assigns: dict[tuple[int, str], list] = {}
+        self._assigns_by_name: dict[str, list] | None = None  # assigns_named
+        self._call_graph: dict[int, dict[int, int]] | None = None  # call_graph
+        self.memo: dict = {}  # what a rule derives once per file (keyed by the rule's own names)
+        self._uses_by_attribute: dict[str, list] | None = None
+        self.differences = frozenset(facts.differences)  # the order spans of the sums that subtract a term
+        params: dict[int, list[str]] = {}
+        for assign in facts.assigns:
+            self._assigns_by_scope.setdefault(facts.scope_of(assign.site), []).append(assign)
+            if assign.kind == "param":
+                params.setdefault(assign.site.block, []).append(assign.target)
+        for block in facts.blocks:
+            if block.kind not in ("function", "class"):
+                continue
+            parent_scope = facts.blocks[block.parent].scope if block.parent is not None else 0
+            self._defs[(block.name, block.line, parent_scope)] = block
+            if block.name == LAMBDA:
+                self._lambda_lines[(block.line, parent_scope)] = self._lambda_lines.get((block.line, parent_scope), 0) + 1
+            if block.kind == "class":
+                self.classes[block.id] = block
+                continue
+            owner = facts.blocks[block.parent] if block.parent is not None else None
+            owner = owner if owner is not None and owner.kind == "class" else None
+            static = any(d.rsplit(".", 1)[-1] == "staticmethod" for d in block.decorators)
+            self.functions[block.id] = Function(
+                block, tuple(params.get(block.id, ())), owner, owner is not None and not static, self
+            )
+    def sums_in(self, span: tuple[int, int]) -> list:
+        """The sums (their terms' order spans) whose first term starts within an order span."""
+        if self._sum_starts is None:
+            self._sums = sorted(self.facts.sums, key=lambda terms: terms[0][0])
+            self._sum_starts = [terms[0][0] for terms in self._sums]
+        start, end = span
+        low, high = bisect_left(self._sum_starts, start), bisect_right(self._sum_starts, end)
+        return [terms for terms in self._sums[low:high] if terms[-1][1] <= end]
+    def comprehensions_in(self, span: tuple[int, int]) -> list:
+        """The comprehensions that lie within an order span."""
+        start, end = span
+        return [c for c in self.facts.comprehensions if start <= c.span[0] and c.span[1] <= end] \
+            if self.facts.comprehensions else []
+    def compares_in(self, span: tuple[int, int]) -> list:
+        """The comparisons whose events lie in an order span."""
+        if self._compare_orders is None:
+            self._compares = sorted(self.facts.compares, key=lambda c: c.site.order)
+            self._compare_orders = [c.site.order for c in self._compares]
+        start, end = span
+        return self._compares[bisect_right(self._compare_orders, start): bisect_right(self._compare_orders, end)]
+    def imported_assign(self, name: str):
+        """The module-level binding, in the project file it comes from, of an imported name
+        (`from training import train_acc`): an Assign of that file, or None."""
+        facts = self.facts
+        relative = name in facts.relative_imports
+        origin = facts.relative_imports.get(name) or facts.imports.get(name)
+        if not origin:
+            return None
+        module, _, attribute = origin.rpartition(".")
+        other = load_module(facts.path, module, relative) if module else None
+        if other is None:
+            return None
+        found = [a for a in other._assigns_by_scope.get(0, ()) if a.target == attribute]
+        return found[0] if len(found) == 1 and found[0].kind == "assign" else None
+    def module_binding(self, name: str, depth: int = 0):
+        """What the module-level name `name` of this file is (for a file that imports it)."""
+        if depth > MAX_ALIAS_DEPTH:
+            return None
+        found = [a for a in self._assigns_by_scope.get(0, ()) if a.target == name]
+        if found:
+            return self._one(found, depth) if all(a.kind in ("assign", "def") for a in found) else None
+        return self._imported(name, depth)
+    def _imported(self, name: str, depth: int):
+        """A name imported from another file of the project: what it is there, or None."""
+        facts = self.facts
+        relative = name in facts.relative_imports
+        origin = facts.relative_imports.get(name) or facts.imports.get(name)
+        if not origin or depth > MAX_ALIAS_DEPTH:
+            return None
+        module, _, attribute = origin.rpartition(".")
+        if module:
+            other = load_module(facts.path, module, relative)
+            if other is not None:
+                return other.module_binding(attribute, depth + 1)
+        other = load_module(facts.path, origin, relative)  # `import models`, `from . import losses`
+        return ModuleRef(other) if other is not None else None
+    def _one(self, assigns, depth: int):
+        values = [self._value_of(a, depth) for a in assigns]
+        first = values[0]
+        return first if first is not None and all(v is first or v == first for v in values) else None
+
+
+def model_of(facts: FileFacts) -> ProgramModel:
+    """The model of `facts`, built once per file however many rules ask."""
+    model = facts.model
+    if model is None:
+        model = facts.model = ProgramModel(facts)
+    return model
+
+
+def load_module(importer: str, module: str, relative: bool) -> "ProgramModel | None":
+    """The model of a project file another file imports; None when it is not found or not readable."""
+    path = module_file(importer, module, relative)
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    cached = _modules.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    other = None
+    if stat.st_size <= MAX_MODULE_BYTES:
+        _modules[path] = (stamp, None)  # while it loads: an import cycle sees nothing
+        try:
+            from tapecheck.lint.source import facts_of
+
+            with open(path, "rb") as handle:
+                facts = facts_of(handle.read(), path)
+            other = ProgramModel(facts)
+        except Exception:  # noqa: BLE001 - a file that cannot be read or parsed informs nothing
+            other = None
+    if len(_modules) >= MAX_MODULES:
+        _modules.pop(next(iter(_modules)))
+    _modules[path] = (stamp, other)
+    return other

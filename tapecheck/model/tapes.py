@@ -1,0 +1,87 @@
+"""Tapes: every use of a tape's recording (`tape.gradient` itself, or a call handing the tape to
+a function that asks it), the names a gradient call differentiates, and the flow from a
+tape's sources to its target, inside the `with` block and before it.
+"""
+
+from __future__ import annotations
+
+from tapecheck.lint.facts import GRADIENT_METHODS, Call, Site
+from tapecheck.model.flow import Tracer
+from tapecheck.model.objects import Flow, TapeUse
+from tapecheck.model.ops import GUARD_BLOCKS
+from tapecheck.model.queries import call_span, variable_owner
+
+
+class Tapes:
+    """What a tape records and who asks it for gradients."""
+
+    def tape_uses(self, tape) -> list[TapeUse]:
+        """Each use of `tape`'s recording in its scope, in source order: its own `gradient`/`jacobian`
+        calls, and the calls that hand it to a function asking it for gradients on every call."""
+        facts = self.facts
+        uses = [TapeUse(call) for call in facts.tape_calls(tape, GRADIENT_METHODS)]
+        if tape.name and "." not in tape.name:
+            scope = facts.scope_of(tape.site)
+            for call in self.spans.calls:
+                if call.method in GRADIENT_METHODS or facts.scope_of(call.site) != scope:
+                    continue
+                if not any(a.kind == "name" and a.text == tape.name for a in (*call.args, *call.keywords.values())):
+                    continue
+                if facts.tape_for(tape.name, call.site) is not tape:
+                    continue
+                for _, path, file, repeated in self.handed_tapes(call, {tape.name}):
+                    uses.append(TapeUse(call, path, file, repeated))
+                    break
+        return sorted(uses, key=lambda use: use.call.site.order)
+    def guarded(self, site: Site, outer: int) -> bool:
+        """Inside an `if`/`else`/`except`/`case` between block `outer` and the site: on some passes only."""
+        chain = self.facts.chain(site.block)
+        start = chain.index(outer) if outer in chain else 0
+        return any(self.facts.blocks[b].kind in GUARD_BLOCKS for b in chain[start:])
+    # -- tapes -----------------------------------------------------------------------------
+    def gradient_roots(self, call: Call, tape) -> tuple[set[str], set[str]]:
+        """(roots, owners) of `tape.gradient(target, sources)`: the names the sources are read
+        through (`model` for `model.trainable_variables`, `w` for `[w, b]`), and among them
+        those that own variables (models, layers)."""
+        facts = self.facts
+        target = call.arg(0, "target")
+        roots: set[str] = set()
+        owners: set[str] = set()
+        for use in self.spans.uses_in(call_span(call)):
+            if use.name == f"{tape.name}.{call.method}" or (target is not None and use.name == target.text):
+                continue
+            owner = variable_owner(use.name)
+            roots.add(owner or use.name)
+            if owner:
+                owners.add(owner)
+            for assign in facts.reaching_assigns(use.name, call.site):
+                for inner in self.spans.uses_in(assign.span):  # variables = gen.trainable_variables + ...
+                    if variable_owner(inner.name):
+                        roots.add(variable_owner(inner.name))
+                        owners.add(variable_owner(inner.name))
+        return roots, owners
+    def tape_flow(self, tape, call: Call, origin_of) -> dict[str, Flow]:
+        """The Flow of each name the tape's assignments bind, up to the `gradient` call."""
+        facts = self.facts
+        tracer = Tracer(self, origin_of, boundary=tuple(tape.with_blocks))
+        scope = facts.blocks[tape.with_blocks[0]].scope
+        assigns = [
+            a for a in self._assigns_by_scope.get(scope, ())
+            if a.kind in ("assign", "augassign") and a.span != (0, 0) and a.site.order < call.site.order
+            and facts.records(tape, a.site)
+        ]
+        for assign in sorted(assigns, key=lambda a: a.site.order):
+            tracer.assign(assign, merge=assign.site.block not in tape.with_blocks)
+        return tracer.state
+    def flow_before(self, tape, origin_of) -> dict[str, Flow]:
+        """The Flow of each name bound in the tape's scope before the tape is made."""
+        facts = self.facts
+        tracer = Tracer(self, origin_of)
+        scope = facts.scope_of(tape.site)
+        assigns = [
+            a for a in self._assigns_by_scope.get(scope, ())
+            if a.kind in ("assign", "augassign") and a.span != (0, 0) and a.site.order < tape.site.order
+        ]
+        for assign in sorted(assigns, key=lambda a: a.site.order):
+            tracer.assign(assign, merge=assign.site.block != scope)
+        return tracer.state
