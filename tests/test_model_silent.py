@@ -31,7 +31,8 @@ def test_lint_gives_exactly_the_annotated_findings(name):
         report = lint_file(str(path))
         assert report.errors == []
         assert found(report.findings) == expected(path.read_text(encoding="utf-8"))
-    assert expected((ROOT / "bad" / name).read_text(encoding="utf-8"))
+    if not name.startswith("_"):  # `_x.py`: a module the fixtures import, clean itself
+        assert expected((ROOT / "bad" / name).read_text(encoding="utf-8"))
 
 
 def run(kind: str, name: str, *args):

@@ -513,7 +513,12 @@ class FactsBuilder(FastVisitor):
                 local = dotted_name(alias.asname.name) if alias.asname else name
                 self.facts.relative_imports[local] = f"{module}.{name}" if module else name
             return False
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+        if isinstance(node.names, cst.ImportStar):
+            # `from project.common import *` is how many projects hand out `tf`: a `tf` that nothing
+            # else binds is TensorFlow then (the universal convention), so its tapes are seen
+            self.facts.imports.setdefault("tf", "tensorflow")
+            return False
+        if node.relative or node.module is None:
             return False
         module = dotted_name(node.module)
         for alias in node.names:

@@ -3,18 +3,35 @@
 ## What it does
 Finds the models whose definition contains a layer that behaves differently in
 training and inference (`Dropout` and its variants, `GaussianNoise`,
-`BatchNormalization`): a class that builds one, a function that builds a model
-with one, a `keras.Sequential([...])` holding one. The definition may be in
-another file of the same lint run (`from models import Net`). Then it flags:
+`BatchNormalization`): a class that builds one (or names one, as in a table of
+norm layers to pick from), a function that builds a model with one, a
+`keras.Sequential([...])` holding one. The definition may be in another file of
+the same lint run (`from models import Net`). Then it flags:
 - a call of such a model inside the tape that trains it (the tape's gradient is
   asked for its variables) without `training=True`;
 - a call with `training=True` inside a validation step (`val_step`,
   `test_step`, `evaluate...`) that records no tape.
 
+Where the definition is out of sight (a library model, a constructor
+argument), what the code itself says stands in for it:
+- a model trained on a tape without `training=True` that another call of the
+  same model (not the other branch of an `if`) gives `training=True`;
+- a validation step's `training=True` copied from the training step's call;
+- `self(x)` in a `train_step` override whose own `call` passes `training` on
+  to its sublayers.
+
+Inside the `call(self, ..., training=...)` of a Keras layer or model it also
+flags a sublayer's `call` run directly (`self.layer.call(x)`: it skips Keras's
+`__call__`, so the `training` of the call context never reaches it) and a
+sublayer given a literal `training=True` (it stays in training mode at inference).
+A sublayer called with no `training` at all is fine: Keras 3 hands it the
+`training` its caller was called with.
+
 A frozen model on the tape (a distillation teacher, the discriminator in the
 generator's step) and `training=False` written on purpose (fine-tuning with
 frozen batch norm) are not flagged, nor repeated `training=True` calls in a loop
-(Monte Carlo dropout).
+or `super().call(x, training=True)` (Monte Carlo dropout), nor test files (they
+pin a layer's mode on purpose).
 
 ## Why is this bad?
 Outside `fit`, Keras runs a model in inference mode unless told otherwise:
@@ -96,13 +113,57 @@ TRAINING_TRUE = re.compile(rb"training\s*=\s*True")
 
 
 def screen(source: bytes) -> bool:
-    """A model trained under a tape, or one called with `training=True` (however spaced)."""
-    return b"GradientTape" in source or TRAINING_TRUE.search(source) is not None
+    """A model trained under a tape, one called with `training=True` (however spaced), or a layer's
+    `call` that runs a sublayer's `.call(` directly."""
+    return (b"GradientTape" in source or TRAINING_TRUE.search(source) is not None
+            or (b".call(" in source and b"training" in source))
 
 
+TEST_FILE = re.compile(r"test_.*\.py|.*_test\.py|conftest\.py")
 VALIDATION_STEP = re.compile(r"(val|valid|validation|validate|eval|evaluate|evaluation|test)_step|(val|valid|validate|eval|evaluate)(_\w+)?")
 
 VALID = [
+    # sublayers called without `training`: Keras 3's call context hands them the block's own
+    """
+import keras
+class Block(keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.drop = keras.layers.Dropout(0.3)
+    def call(self, x, training=None):
+        return self.drop(x)
+""",
+    # Monte Carlo dropout, on purpose; a flag tested before `training=True` is passed on
+    """
+import keras
+class MCDropout(keras.layers.Dropout):
+    def call(self, inputs, training=None):
+        return super().call(inputs, training=True)
+class Noisy(keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.drop = keras.layers.Dropout(0.3)
+    def call(self, x, training=None):
+        if training:
+            return self.drop(x, training=True)
+        return x
+""",
+    # the two calls are the branches of one `if`: the flag is given where the model takes it
+    """
+import tensorflow as tf
+class Trainer:
+    def __init__(self, model, takes_flag):
+        self.model, self.takes_flag = model, takes_flag
+    def step(self, opt, x, y):
+        with tf.GradientTape() as tape:
+            if self.takes_flag:
+                pred = self.model(x, training=True)
+            else:
+                pred = self.model(x)
+            loss = tf.reduce_mean(tf.square(pred - y))
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        opt.apply_gradients(zip(grads, self.model.trainable_variables))
+""",
     # Dropout in one Sequential of the module says nothing about the other one
     """
 import tensorflow as tf
@@ -208,6 +269,55 @@ def step(opt, x, y):
 ]
 
 INVALID = [
+    # a wrapper runs the wrapped layer's `call` directly: the context's `training` never reaches it
+    """
+import keras
+class Masked(keras.layers.Wrapper):
+    def call(self, inputs, training=None):
+        return self.layer.call(inputs)  # expect: TAP403
+""",
+    # a block that hands `training=True` to its sublayers whatever it is asked
+    """
+import keras
+class Block(keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.drop = keras.layers.Dropout(0.3)
+    def call(self, x, training=None):
+        return self.drop(x, training=True)  # expect: TAP403
+""",
+    # the evaluation step copied from the training step, model built out of sight
+    """
+import tensorflow as tf
+class Pretrainer:
+    def __init__(self, build):
+        self.model = build()
+    def train_step(self, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.model(x, training=True) - y))
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.model.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+    def eval_step(self, x, y):
+        return tf.reduce_mean(tf.square(self.model(x, training=True) - y))  # expect: TAP403
+""",
+    # `self(x)` in train_step, while the model's own call passes `training` to its backbone
+    """
+import keras
+import tensorflow as tf
+class Detector(keras.Model):
+    def __init__(self, backbone):
+        super().__init__()
+        self.backbone = backbone
+    def call(self, x, training=False):
+        return self.backbone(x, training=training)
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self(x) - y))  # expect: TAP403
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+""",
     # the forward pass in a helper method the tape calls
     """
 import tensorflow as tf
@@ -299,7 +409,11 @@ def _is_model_class(facts, call) -> bool:
 def _local_definitions(facts) -> dict[str, str]:
     """Classes (and model-building functions) of this file with a mode-dependent layer."""
     mode_calls = [c for c in facts.calls if _is_mode_layer(facts, c)]
-    if not mode_calls:
+    # a class may also name the layer class without calling it there (a table of norm layers to
+    # pick from, `norm=layers.BatchNormalization` as a default): it builds one
+    mode_refs = [u for u in facts.uses if "keras" in facts.resolve(u.name)
+                 and keras_member(facts.resolve(u.name), "layers") in MODE_LAYERS]
+    if not mode_calls and not mode_refs:
         return {}
     model_calls = [c for c in facts.calls if _is_model_class(facts, c)]
     found = {}
@@ -308,6 +422,8 @@ def _local_definitions(facts) -> dict[str, str]:
             continue
         holds = lambda call: block.id in facts.chain(call.site.block)  # noqa: E731
         if any(holds(c) for c in mode_calls) and (block.kind == "class" or any(holds(c) for c in model_calls)):
+            found.setdefault(block.name, f"`{block.name}`, line {block.line}")
+        elif block.kind == "class" and any(holds(u) for u in mode_refs):
             found.setdefault(block.name, f"`{block.name}`, line {block.line}")
     for block in facts.blocks:  # subclasses of such a class
         if block.kind == "class" and block.name not in found and any(base in found for base in block.bases):
@@ -435,11 +551,82 @@ def _model_of(model, call) -> str:
     text = call.func.text
     if text == "self":
         owner = facts.enclosing_class(call.site)
-        return _definitions(model).get(owner.name, "") if owner is not None else ""
+        if owner is None:
+            return ""
+        return _definitions(model).get(owner.name, "") or _forwards_training(model, owner)
     if text in BUILTIN_CALLS or facts.imports.get(text.partition(".")[0], "").split(".")[0] in LIBRARIES:
         return ""
     held = _held(model, text, call.site)
     return held[0] if held and all(held) else ""
+
+
+def _forwards_training(model, klass) -> str:
+    """"its `call` passes `training` on to `self.backbone` (line 9)": the model's own `call` takes
+    `training` and hands it to a sublayer, so the author made it behave differently in training.
+    "" otherwise."""
+    fn = model.method_of_block(klass, "call")
+    if fn is None or "training" not in fn.params:
+        return ""
+    facts = model.facts
+    for inner in model.spans.calls:
+        if facts.scope_of(inner.site) != fn.block.id:
+            continue
+        value = inner.keywords.get("training")
+        if value is not None and value.kind == "name" and value.text == "training" and inner.func.text:
+            return f"its `call` passes `training` on to `{inner.func.text}` (line {inner.site.line})"
+    return ""
+
+
+def _mode_calls(model) -> dict[str, list]:
+    """Calls of the file that give `training=True` or `training=False` as a literal, by callee text."""
+    if "TAP403.mode_calls" not in model.memo:
+        found: dict[str, list] = {}
+        for call in model.facts.calls:
+            value = call.keywords.get("training")
+            if value is not None and isinstance(value.value, bool) and call.func.text:
+                found.setdefault(call.func.text, []).append(call)
+        model.memo["TAP403.mode_calls"] = found
+    return model.memo["TAP403.mode_calls"]
+
+
+def _same_model(model, call, other) -> bool:
+    """Whether two calls written with the same name call the same model: `self.x` in one class, a
+    name bound by the same assignments (a parameter: of the same function)."""
+    facts = model.facts
+    text = call.func.text
+    if text.startswith("self."):
+        return facts.enclosing_class(call.site) is facts.enclosing_class(other.site) is not None
+    if "." in text:
+        return False
+    mine, theirs = model.value_assigns(text, call.site), model.value_assigns(text, other.site)
+    return bool(mine) and [id(a) for a in mine] == [id(a) for a in theirs]
+
+
+def _called_with(model, call, mode: bool, trained_by=None):
+    """Another call of the same model that gives `training=<mode>` (inside a tape that trains it,
+    when `trained_by(call)` is given), or None: what the code itself says of the model's modes.
+    Not an alternative to this call (the other branch of an `if`, or of a conditional expression
+    on the same line: `self(x, training=True) if takes_flag else self(x)`)."""
+    for other in _mode_calls(model).get(call.func.text, ()):
+        if other is call or other.keywords["training"].value is not mode or not _same_model(model, call, other):
+            continue
+        if other.site.line == call.site.line or _alternatives(model.facts, call, other):
+            continue
+        if trained_by is None or trained_by(other):
+            return other
+    return None
+
+
+def _alternatives(facts, call, other) -> bool:
+    """The two calls sit in different branches of one `if`/`elif`/`else` statement."""
+    mine = set(facts.chain(call.site.block))
+    for block_id in facts.chain(other.site.block):
+        block = facts.blocks[block_id]
+        if block.kind in ("if", "else") and block_id not in mine:
+            siblings = [b.id for b in facts.blocks if b.parent == block.parent and b.kind in ("if", "else")]
+            if any(sibling in mine for sibling in siblings):
+                return True
+    return False
 
 
 def _helper_in_a_tape(facts, model, spans, call, name) -> str:
@@ -490,9 +677,74 @@ def _training_arg(model, call, flags):
     return None
 
 
+def _validating(facts, call) -> bool:
+    """The call is in a validation step (`val_step`, `test_step`, `evaluate...`) that records no tape,
+    and not in a loop (Monte Carlo dropout samples repeatedly, on purpose)."""
+    function = facts.blocks[facts.scope_of(call.site)]
+    return (
+        function.kind == "function"
+        and VALIDATION_STEP.fullmatch(function.name) is not None
+        and not any(facts.scope_of(t.site) == function.id for t in facts.tapes)
+        and not facts.loops_between(None, call.site)
+    )
+
+
+def _sublayer_calls(model):
+    """Inside the `call(self, ..., training=...)` of a Keras layer or model: a sublayer's `call` run
+    directly (`self.layer.call(x)`, which skips Keras's `__call__`, so the `training` of the call
+    context never reaches it), and a sublayer given a literal `training=True` (in training mode
+    whatever this call is asked: at inference and validation too)."""
+    facts = model.facts
+    if TEST_FILE.fullmatch(os.path.basename(facts.path)):
+        return  # tests pin a layer's mode on purpose, to check what Keras does with it
+    for fn in model.functions.values():
+        if fn.name != "call" or fn.owner is None or "training" not in fn.params or not model.is_keras(fn.owner):
+            continue
+        for call in model.spans.calls:
+            if facts.scope_of(call.site) != fn.block.id or call.site.in_comprehension:
+                continue
+            text = call.func.text
+            receiver = text.rpartition(".")[0]
+            if text.endswith(".call") and receiver.startswith("self.") and receiver.count(".") == 1:
+                if "training" not in call.keywords and not any(key == -1 for key, _, _ in call.arg_spans):
+                    yield report(
+                        facts, call.site, CODE,
+                        f"`{text}(...)` runs the sublayer's `call` directly, skipping Keras's `__call__`: the "
+                        f"`training` that `{fn.qualname}` receives never reaches `{receiver}`, so its "
+                        "Dropout/BatchNormalization layers always behave as at inference",
+                        f"Call `{receiver}(..., training=training)` (or pass `training=training` to its `call`).",
+                    )
+                continue
+            value = call.keywords.get("training")
+            if value is None or value.value is not True or not text or text.startswith("super"):
+                continue  # `super().call(x, training=True)`: Monte Carlo dropout, on purpose
+            if _guarded_by_training(facts, model, call, fn):
+                continue
+            yield report(
+                facts, call.site, CODE,
+                f"`{text or 'this call'}` is given `training=True` inside `{fn.qualname}`, whatever the `training` "
+                f"that `{fn.qualname}` receives: its dropout and batch-norm layers run in training mode at "
+                "inference and validation too",
+                "Pass the flag on: `training=training`.",
+            )
+
+
+def _guarded_by_training(facts, model, call, fn) -> bool:
+    """Whether an `if`/`else` around the call, inside `fn`, tests `training` (or the call is only
+    reached that way): then `training=True` there is the flag passed on."""
+    block = facts.blocks[call.site.block]
+    while block is not None and block.id != fn.block.id:
+        if block.kind in ("if", "else") and block.test_span != (0, 0):
+            if any(use.name == "training" for use in model.spans.uses_in(block.test_span)):
+                return True
+        block = facts.blocks[block.parent] if block.parent is not None else None
+    return False
+
+
 def check(facts):
     model = model_of(facts)
     spans = spans_of(facts)
+    yield from _sublayer_calls(model)
     if not _definitions(model) and not _mode_scopes(model) and not facts.imports and not facts.relative_imports:
         return
     recorded = [c for c in facts.calls if any(facts.records(t, c.site) for t in facts.tapes)]
@@ -505,17 +757,54 @@ def check(facts):
                 or any(facts.records(t, call.site) for t in facts.tapes)):
             continue  # not trained, and no mode given: nothing to say
         where = _model_of(model, call)
+        name = call.func.text
         if not where:
+            # what the code itself says: the same model called with a literal `training=` elsewhere
+            training = call.arg(1, "training")
+            if training is None and name in _mode_calls(model):
+                tapes = [t for t in facts.tapes if facts.records(t, call.site)]
+                if any(_trained_by(facts, spans, t, name) for t in tapes):
+                    other = _called_with(model, call, True)
+                    if other is not None:
+                        yield report(
+                            facts, call.site, CODE,
+                            f"`{name}` is trained here without `training=True`, though line {other.site.line} calls "
+                            "it with `training=True`: Keras runs it in inference mode here, so its dropout is off "
+                            "and its batch-norm statistics do not update",
+                            f"Call `{name}(..., training=True)` inside the tape, as line {other.site.line} does.",
+                        )
+            elif training is not None and training.value is True and _validating(facts, call):
+                function = facts.blocks[facts.scope_of(call.site)]
+                trained = lambda other: any(  # noqa: E731
+                    facts.records(t, other.site) and _trained_by(facts, spans, t, name) for t in facts.tapes
+                )
+                other = _called_with(model, call, True, trained)
+                if other is not None:
+                    yield report(
+                        facts, call.site, CODE,
+                        f"`{name}` is called with `training=True` in `{function.name}`, a validation step, as in "
+                        f"the training step at line {other.site.line}: its Dropout/BatchNormalization layers run in "
+                        "training mode, so validation results become random and batch-norm statistics learn from "
+                        "validation data",
+                        f"Call `{name}(..., training=False)` when validating.",
+                    )
             continue
         flags = _flags(model, call)
         flag = flags[0]
         training = _training_arg(model, call, flags)
-        name = call.func.text
         if training is None:
             tapes = [t for t in facts.tapes if facts.records(t, call.site)]
             trained = any(_trained_by(facts, spans, t, name) for t in tapes)
             through = "" if trained or tapes else _helper_in_a_tape(facts, model, spans, call, name)
-            if trained or through:
+            if (trained or through) and where.startswith("its `call`"):
+                yield report(
+                    facts, call.site, CODE,
+                    f"`{name}` is trained here{through} without `{flag}=True`, though {where.replace('its', 'its own', 1)}: "
+                    "Keras runs it in inference mode, so the dropout and batch-norm layers it hands `training` to "
+                    "behave as at inference (no dropout, statistics never updated)",
+                    f"Call `{name}(..., {flag}=True)` inside the tape.",
+                )
+            elif trained or through:
                 yield report(
                     facts, call.site, CODE,
                     f"`{name}` has Dropout/BatchNormalization layers ({where}) and is trained here{through} "
@@ -525,12 +814,7 @@ def check(facts):
                 )
         elif training.value is True:
             function = facts.blocks[facts.scope_of(call.site)]
-            if (
-                function.kind == "function"
-                and VALIDATION_STEP.fullmatch(function.name)
-                and not any(facts.scope_of(t.site) == function.id for t in facts.tapes)
-                and not facts.loops_between(None, call.site)
-            ):
+            if _validating(facts, call):
                 yield report(
                     facts, call.site, CODE,
                     f"`{name}` has Dropout/BatchNormalization layers ({where}) and is called with "
