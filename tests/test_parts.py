@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from sources import ROOT, SOURCES
 
-from tapecheck.lint import parts, source
+from tapecheck.lint import parts
+from tapecheck.lint import source as lint_source_module
 from tapecheck.lint.engine import LintError, lint_python
 from tapecheck.lint.extract import extract
 
@@ -43,11 +44,11 @@ ALL = list(SOURCES) + [(k, _encoded(k, v)) for k, v in TRICKY.items()]
 @pytest.fixture
 def tiny_parts(monkeypatch):
     monkeypatch.setattr(parts, "PART_CHARS", 1)  # cut wherever a cut is allowed
-    monkeypatch.setattr(source, "NESTING_SCREEN", -1)  # always run Python's parser, which gives the cuts
+    monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)  # always run Python's parser, which gives the cuts
 
 
 def _spans(source: bytes):
-    text, tree = source._checked(source)
+    text, tree = lint_source_module._checked(source)
     return text, parts.split(text, tree)
 
 
@@ -59,7 +60,7 @@ def test_facts_in_parts_equal_the_whole_tree(tiny_parts, path, source):
         pytest.skip("not lintable: nothing to compare")
     if spans is None:
         return  # one statement, CR line ends or a syntax error: parsed whole, nothing to compare
-    whole = extract(source._libcst_parse(source), path)
+    whole = extract(lint_source_module._libcst_parse(source), path)
     try:
         cut = extract(parts.parse_each(text, spans), path)
     except parts.Unparsable:
@@ -97,7 +98,7 @@ def test_spans_cover_the_file_in_order(tiny_parts):
 
 
 def test_no_cut_for_cr_line_ends_or_small_files(monkeypatch):
-    monkeypatch.setattr(source, "NESTING_SCREEN", -1)
+    monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)
     assert _spans(TRICKY["crlf_big.py"].encode())[1] is None  # tiny part size not set: small file
     monkeypatch.setattr(parts, "PART_CHARS", 1)
     assert _spans(TRICKY["crlf_big.py"].encode())[1] is None  # CR: Python and libcst count lines differently
@@ -113,7 +114,7 @@ def test_runs_stay_under_the_part_size_unless_one_statement_is_larger(monkeypatc
     sizes = [span.end - span.start for span in spans]
     assert len(spans) > 10
     assert [size for size in sizes if size > 2000] == [len(big_function)]
-    whole = extract(source._libcst_parse(source), "big.py")
+    whole = extract(lint_source_module._libcst_parse(source), "big.py")
     assert extract(parts.parse_each(text, spans), "big.py") == whole
 
 
@@ -136,5 +137,5 @@ def test_a_cut_libcst_refuses_falls_back_to_the_whole_file(tiny_parts):
     text, spans = _spans(source)
     with pytest.raises(parts.Unparsable):
         list(parts.parse_each(text, spans))
-    facts = source.facts_of(source, "continued.py")  # falls back: no error, the whole file's facts
-    assert facts == extract(source._libcst_parse(source), "continued.py")
+    facts = lint_source_module.facts_of(source, "continued.py")  # falls back: no error, the whole file's facts
+    assert facts == extract(lint_source_module._libcst_parse(source), "continued.py")

@@ -25,6 +25,7 @@ class Bindings:
         if found is None or self._lambda_lines.get((line, scope), 0) != 1:
             return None
         return self.functions.get(found.id)
+
     def binding(self, name: str, site: Site, depth: int = 0):
         """What `name` refers to at `site`: a Function, a class Block, an Instance, or None (unknown)."""
         if depth > MAX_ALIAS_DEPTH or not name:
@@ -57,9 +58,11 @@ class Bindings:
                 return self._one(found, depth) if all(a.kind in ("assign", "def") for a in found) else None
             scope = self._enclosing(scope)
         return self._imported(name, depth)
+
     def assigns_in(self, scope: int) -> list:
         """The bindings made in one scope (its own statements, not nested functions')."""
         return self._assigns_by_scope.get(scope, [])
+
     def assigns_reaching(self, name: str, site: Site) -> list:
         """The bindings of `name` that may hold at `site`: reaching ones in its scope, else every
         binding in the nearest enclosing scope that has one (a closure or a global is read later)."""
@@ -77,6 +80,7 @@ class Bindings:
                 return found
             scope = self._enclosing(scope)
         return []
+
     def _uses_named(self, head: str) -> list:
         """The uses whose dotted name starts with `head` (`b`, `b.assign`), in source order."""
         if self._uses_by_head is None:
@@ -84,6 +88,7 @@ class Bindings:
             for use in self.facts.uses:
                 self._uses_by_head.setdefault(use.name.partition(".")[0], []).append(use)
         return self._uses_by_head.get(head, [])
+
     def _uses_of_attribute(self, attribute: str) -> list:
         """The uses that read `.<attribute>` of anything (`self.b`, `trainer.b.assign`)."""
         if self._uses_by_attribute is None:
@@ -92,6 +97,7 @@ class Bindings:
                 for part in set(use.name.split(".")[1:]):
                     self._uses_by_attribute.setdefault(part, []).append(use)
         return self._uses_by_attribute.get(attribute, [])
+
     def sees(self, scope: int, name: str, bound_in: int) -> bool:
         """Whether `name` read in `scope` is the binding made in scope `bound_in` (itself, or an
         enclosing function or the module whose name no nearer scope rebinds)."""
@@ -102,6 +108,7 @@ class Bindings:
                 return False
             scope = self._enclosing(scope)
         return False
+
     def reads(self, name: str, site: Site) -> list | None:
         """The reads of what `name` (a name, or `self.x` in a method) holds at `site`, all in the scope
         of `site`; None when it is read anywhere else too (a closure, another method, a function
@@ -128,6 +135,7 @@ class Bindings:
             elif self.sees(where, name, bound_in):
                 return None
         return found
+
     def value_assigns(self, name: str, site: Site, depth: int = 0) -> list:
         """The bindings whose value `name` may hold at `site`, through aliases (`t = self.temperature`)
         and `self.` attributes set in any method of the class. Empty: unknown."""
@@ -154,6 +162,7 @@ class Bindings:
             else:
                 out.append(assign)
         return out
+
     def loop_rebinding(self, name: str, site: Site):
         """An assignment to `name` later in a loop holding `site`, in its scope: on the next pass
         `name` holds that value (`w = w - lr * g` inside the training loop)."""
@@ -165,6 +174,7 @@ class Bindings:
                 if any(facts.inside(assign.site, loop) for loop in loops):
                     return assign
         return None
+
     def resolved(self, dotted: str, site: Site) -> str:
         """`dotted` resolved through the file's imports and, when its head is a name the file
         binds by assignment (`metrics = tf.keras.metrics`, `K = tf.keras.backend`), through that
@@ -173,6 +183,7 @@ class Bindings:
         if head == dotted or head in self.facts.imports or head not in self._alias_heads():
             return self.facts.resolve(dotted)
         return self.alias_of(dotted, site)
+
     def _alias_heads(self) -> set[str]:
         """Names some assignment binds to a name or an attribute (`K = tf.keras.backend`)."""
         heads = self.memo.get("alias heads")
@@ -182,6 +193,7 @@ class Bindings:
                 if a.kind == "assign" and a.value is not None and a.value.kind in ("name", "attribute")
             }
         return heads
+
     def alias_of(self, dotted: str, site: Site) -> str:
         """`tensorflow.keras.backend.set_learning_phase` for `K.set_learning_phase` after
         `K = tf.keras.backend`: a dotted name with its head replaced by what every binding of the head
@@ -193,6 +205,7 @@ class Bindings:
         if len(texts) != 1 or len(assigns) != sum(1 for a in assigns if a.kind == "assign"):
             return self.facts.resolve(dotted)
         return self.facts.resolve(texts.pop() + dot + rest)
+
     def _enclosing(self, scope: int) -> int | None:
         """The scope whose names a function's body sees next (class bodies do not enclose methods)."""
         blocks = self.facts.blocks
@@ -203,6 +216,7 @@ class Bindings:
             scope = blocks[parent].scope
             if blocks[scope].kind != "class":
                 return scope
+
     def self_class(self, head: str, site: Site) -> Block | None:
         """The class whose instance `head` is at `site`: the class of the method holding `site`,
         when `head` is that method's `self`. None in a function, a staticmethod, or for another name."""
@@ -210,6 +224,7 @@ class Bindings:
         if fn is not None and fn.bound and fn.self_name == head:
             return fn.owner
         return None
+
     def attribute_assigns(self, klass: Block, attribute: str) -> list:
         """Every `self.<attribute> = ...` in the methods of `klass` and its local bases, with the method."""
         key = (klass.id, attribute)
@@ -223,6 +238,7 @@ class Bindings:
                         found.extend((a, fn) for a in self._assigns_by_scope.get(fn.block.id, ()) if a.target == target)
             self._attribute_assigns[key] = found
         return list(found)
+
     def attribute(self, klass: Block, attribute: str, depth: int = 0):
         """What `self.<attribute>` holds in every method of `klass`: one value, or None."""
         key = (klass.id, attribute)
@@ -236,17 +252,20 @@ class Bindings:
         result = next(iter(values.values())) if len(values) == 1 else None
         self._attributes[key] = result
         return result
+
     # -- queries the rules ask (one place for reaching definitions and `self.` attributes) -------
     def assigns_here(self, name: str, site: Site) -> list:
         """The bindings of `name` in the scope of `site` that may hold there (a parameter is one);
         [] when none reaches the site from its own scope. Closures and globals are not looked at
         (`assigns_reaching` does)."""
         return self.facts.reaching_assigns(name, site)
+
     def assign_here(self, name: str, site: Site):
         """The one binding of `name` in the scope of `site` that holds there, or None (none, or
         several may hold)."""
         found = self.facts.reaching_assigns(name, site)
         return found[0] if len(found) == 1 else None
+
     def assigns_named(self, name: str) -> list:
         """Every binding of `name` in the file, in any scope (parameters too), in the facts' order."""
         index = self._assigns_by_name
@@ -255,6 +274,7 @@ class Bindings:
             for assign in self.facts.assigns:
                 index.setdefault(assign.target, []).append(assign)
         return index.get(name, [])
+
     def made_once(self, assign) -> bool:
         """Whether `assign` is the only binding of its name in the file (parameters aside), a plain
         assignment in no loop and under no `if`/`else`/`except`/`case` of its scope: one object,
@@ -264,6 +284,7 @@ class Bindings:
                 and sum(1 for a in self.assigns_named(assign.target) if a.kind != "param") == 1
                 and not facts.loops_between(None, assign.site)
                 and not self.guarded(assign.site, facts.scope_of(assign.site)))
+
     def assigns_of(self, name: str, site: Site, bases: bool = True) -> list:
         """The bindings that may give `name` its value at `site`, one step (aliases not followed): for
         a name, `assigns_reaching`; for `self.x` in a method, every `self.x = ...` in the methods of
@@ -277,6 +298,7 @@ class Bindings:
         if klass is None:
             return []
         return [assign for assign, fn in self.attribute_assigns(klass, attribute) if bases or fn.owner is klass]
+
     def unaliased(self, dotted: str, site: Site, limit: int = MAX_ALIAS_DEPTH) -> str:
         """`self.gen.trainable_variables` for `gen.trainable_variables` after `gen = self.gen`: the head
         replaced by the name it is bound to, while one binding of it in its own scope holds at the site

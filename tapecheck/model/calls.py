@@ -26,6 +26,7 @@ class Calls:
         if isinstance(target, Instance):
             return self.method(target.klass, "call") or self.method(target.klass, "__call__")
         return None
+
     def _super_method(self, call: Call) -> Function | None:
         """`super().call(x)` in a method: the method of that name in the nearest local base class."""
         fn = self.functions.get(self.facts.scope_of(call.site))
@@ -36,10 +37,12 @@ class Calls:
                 if method.name == call.func.method:
                     return method
         return None
+
     def resolve_instance_method(self, name: str, site: Site, method: str) -> Function | None:
         """`Net.call` when `name` holds an instance of the local class `Net` at `site`."""
         target = self.binding(name, site)
         return self.method(target.klass, method) if isinstance(target, Instance) else None
+
     def parameter(self, call: Call, fn: Function, order: int) -> str | None:
         """The parameter of `fn` that receives the event at `order` of `call`; None: unknown.
 
@@ -59,6 +62,7 @@ class Calls:
                     return key if key in fn.params else None
                 return positional[key] if key < len(positional) else None
         return None
+
     def callers(self, fn: Function):
         """The calls of this file that run `fn`."""
         if fn.model is not self:
@@ -80,6 +84,7 @@ class Calls:
             candidates = self.spans.calls if fn.name in ("call", "__call__") else self._calls_by_name.get(fn.name, ())
             found = self._callers[fn.block.id] = [c for c in candidates if self.resolve(c) is fn]
         return list(found)
+
     def arguments_for(self, fn: Function, param: str) -> list | None:
         """(call, argument) for each call of this file that runs `fn`: the expression it passes as
         `param`. None when nothing here calls `fn`, or a call passes `param` in a way we cannot
@@ -98,6 +103,7 @@ class Calls:
                 return None
             found.append((call, value))
         return found
+
     def whole_call(self, span: tuple[int, int]) -> Call | None:
         """The call that is the whole expression spanning `span` (a value, an argument, what a
         `return` gives), or None (`f(x) + 1`, `(f(x), y)`, a name)."""
@@ -110,21 +116,25 @@ class Calls:
         if any(other.site.order > call.end_order for other in calls):
             return None
         return call
+
     def call_at(self, span: tuple[int, int], expr) -> Call | None:
         """The Call of the call expression `expr` (an argument, a value) that spans `span`, or None."""
         call = self.whole_call(span)
         return call if call is not None and call.func.text == expr.func_text else None
+
     def value_call(self, assign) -> Call | None:
         """The Call a plain assignment's value is (`model = keras.Sequential(...)`), or None."""
         value = assign.value
         if assign.kind != "assign" or value is None or value.kind != "call":
             return None
         return self.call_at(assign.span, value)
+
     def value_calls(self, name: str, site: Site, bases: bool = True) -> list | None:
         """The Call each binding of `name` at `site` (`assigns_of`) is; None when there is none or
         one binding is not a call."""
         calls = [self.value_call(assign) for assign in self.assigns_of(name, site, bases)]
         return calls if calls and all(call is not None for call in calls) else None
+
     def call_graph(self) -> dict[int, dict[int, int]]:
         """For each scope, the functions of this file its calls run (their block ids), each with the
         order of the first call that runs it. Every call is resolved once per file."""

@@ -67,6 +67,7 @@ class KerasKinds:
         """The class of this file a base or constructor name (`Net`, resolved) refers to."""
         found = [b for b in self.classes.values() if b.name == dotted and self.facts.blocks[b.parent].kind == "module"]
         return found[-1] if found else None
+
     def bases(self, klass: Block, depth: int = 0):
         """`klass` and its local base classes, nearest first."""
         yield klass
@@ -76,9 +77,11 @@ class KerasKinds:
             local = self.local_class(base)
             if local is not None and local is not klass:
                 yield from self.bases(local, depth + 1)
+
     def method(self, klass: "Klass", name: str) -> Function | None:
         """The method `name` of a class, found in it or its local bases."""
         return klass.model.method_of_block(klass.block, name)
+
     def methods(self, klass: Block) -> list[Function]:
         """The functions defined in the body of `klass` (not its bases'), in source order."""
         if self._methods is None:
@@ -87,12 +90,14 @@ class KerasKinds:
                 if fn.owner is not None:
                     self._methods.setdefault(fn.owner.id, []).append(fn)
         return self._methods.get(klass.id, [])
+
     def method_of_block(self, klass: Block, name: str) -> Function | None:
         for cls in self.bases(klass):
             for fn in self.methods(cls):
                 if fn.name == name:
                     return fn
         return None
+
     def is_keras(self, klass: Block | Klass, package: str = "layers") -> bool:
         """A subclass of a Keras Layer or Model (package "layers"), Loss ("losses"), Metric ("metrics")."""
         if isinstance(klass, Klass):
@@ -106,12 +111,14 @@ class KerasKinds:
                 if package != "layers" and is_keras_class(base, package):
                     return True
         return False
+
     def is_model_class(self, klass: Block | Klass) -> bool:
         """A subclass of a Keras `Model` (or `Sequential`), through the local classes it derives from."""
         if isinstance(klass, Klass):
             return klass.model.is_model_class(klass.block)
         return any(base in MODEL_CLASSES or is_keras_class(base, "models")
                    for cls in self.bases(klass) for base in cls.bases)
+
     def makes_a_model(self, call: Call, depth: int = 0) -> bool:
         """Whether `call` returns a Keras model: a model class (`keras.Sequential`, `keras.Model(inputs,
         outputs)`, a subclass of one in a linted file), `keras.models.load_model`, an application
@@ -133,6 +140,7 @@ class KerasKinds:
             names = other.returned_names(made)  # `model = keras.Model(inputs, outputs); return model`
             return bool(names) and all(other.holds_a_model(name, site, depth + 1) for name, site in names)
         return False
+
     def returned_names(self, fn: Function) -> list | None:
         """(name, site) for each `return` of `fn` that gives a plain name, or None when some `return`
         gives anything else (or there is none)."""
@@ -146,6 +154,7 @@ class KerasKinds:
                 return None
             found.append((uses[0].name, uses[0].site))
         return found or None
+
     def holds_a_model(self, name: str, site: Site, depth: int = 0) -> bool:
         """Whether `name` is a Keras model at `site`: each binding of it (for `self.x`, every
         `self.x = ...` of the class) is a call that makes one (`makes_a_model`) or a name that holds
@@ -162,6 +171,7 @@ class KerasKinds:
             self.memo[key] = False
             known = self.memo[key] = self._holds_a_model(name, site, depth)
         return known
+
     def _holds_a_model(self, name: str, site: Site, depth: int) -> bool:
         klass = self.self_class(name, site)
         if klass is not None:
@@ -180,6 +190,7 @@ class KerasKinds:
                 return bool(assigns) and all(other._binds_a_model(assign, depth) for assign in assigns)
         assigns = self.assigns_of(name, site)
         return bool(assigns) and all(self._binds_a_model(assign, depth) for assign in assigns)
+
     def _binds_a_model(self, assign, depth: int) -> bool:
         value = assign.value
         if assign.kind == "param":
@@ -192,6 +203,7 @@ class KerasKinds:
             made = self.value_call(assign)
             return made is not None and self.makes_a_model(made, depth + 1)
         return value.kind in ("name", "attribute") and self.holds_a_model(value.text, assign.site, depth + 1)
+
     def _is_a_model(self, call: Call, argument, depth: int) -> bool:
         """Whether `argument`, passed by `call`, is a Keras model."""
         if argument.kind == "call":
@@ -199,6 +211,7 @@ class KerasKinds:
             made = self.call_at(span, argument) if span is not None else None
             return made is not None and self.makes_a_model(made, depth)
         return argument.kind in ("name", "attribute") and self.holds_a_model(argument.text, call.site, depth)
+
     # -- bindings ---------------------------------------------------------------------------
     def _definition(self, assign, scope: int):
         block = self._defs.get((assign.target, assign.site.line, scope))
@@ -207,6 +220,7 @@ class KerasKinds:
         if block.id in self.classes:
             return Klass(block, self)
         return self.functions.get(block.id)
+
     def _value_of(self, assign, depth: int):
         """What one binding binds: a Function, a class Block, an Instance, or None."""
         facts = self.facts
@@ -227,6 +241,7 @@ class KerasKinds:
             if isinstance(made, Klass):
                 return Instance(made)
         return None
+
     def state_kind(self, call: Call) -> str:
         """optimizer, metric or variable when the call makes one, else ""."""
         callee = callee_of(self.facts, call)
@@ -241,6 +256,7 @@ class KerasKinds:
             if isinstance(made, Klass) and self.is_keras(made, "metrics"):
                 return "metric"
         return ""
+
     # -- what Keras runs for you ---------------------------------------------------------
     def compiled_losses(self):
         """(compile call, the function Keras calls as a loss, its `y_pred` parameter) for each loss given to `compile`."""

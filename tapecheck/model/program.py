@@ -34,6 +34,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         only the garbage collector would free, and a lint runs with it paused. The engine closes
         the model of a file it has linted; models of other files (`load_module`) stay open."""
         self.__dict__.clear()
+
     def __init__(self, facts: FileFacts):
         self.facts = facts
         self.spans = spans_of(facts)
@@ -79,6 +80,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
             self.functions[block.id] = Function(
                 block, tuple(params.get(block.id, ())), owner, owner is not None and not static, self
             )
+
     def sums_in(self, span: tuple[int, int]) -> list:
         """The sums (their terms' order spans) whose first term starts within an order span."""
         if self._sum_starts is None:
@@ -87,11 +89,13 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         start, end = span
         low, high = bisect_left(self._sum_starts, start), bisect_right(self._sum_starts, end)
         return [terms for terms in self._sums[low:high] if terms[-1][1] <= end]
+
     def comprehensions_in(self, span: tuple[int, int]) -> list:
         """The comprehensions that lie within an order span."""
         start, end = span
         return [c for c in self.facts.comprehensions if start <= c.span[0] and c.span[1] <= end] \
             if self.facts.comprehensions else []
+
     def compares_in(self, span: tuple[int, int]) -> list:
         """The comparisons whose events lie in an order span."""
         if self._compare_orders is None:
@@ -99,6 +103,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
             self._compare_orders = [c.site.order for c in self._compares]
         start, end = span
         return self._compares[bisect_right(self._compare_orders, start): bisect_right(self._compare_orders, end)]
+
     def imported_assign(self, name: str):
         """The module-level binding, in the project file it comes from, of an imported name
         (`from training import train_acc`): an Assign of that file, or None."""
@@ -113,6 +118,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
             return None
         found = [a for a in other._assigns_by_scope.get(0, ()) if a.target == attribute]
         return found[0] if len(found) == 1 and found[0].kind == "assign" else None
+
     def module_binding(self, name: str, depth: int = 0):
         """What the module-level name `name` of this file is (for a file that imports it)."""
         if depth > MAX_ALIAS_DEPTH:
@@ -121,6 +127,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         if found:
             return self._one(found, depth) if all(a.kind in ("assign", "def") for a in found) else None
         return self._imported(name, depth)
+
     def _imported(self, name: str, depth: int):
         """A name imported from another file of the project: what it is there, or None."""
         facts = self.facts
@@ -135,6 +142,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
                 return other.module_binding(attribute, depth + 1)
         other = load_module(facts.path, origin, relative)  # `import models`, `from . import losses`
         return ModuleRef(other) if other is not None else None
+
     def _one(self, assigns, depth: int):
         values = [self._value_of(a, depth) for a in assigns]
         first = values[0]

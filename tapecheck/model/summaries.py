@@ -43,6 +43,7 @@ class Summaries:
             _depth[0] -= 1
         self._summaries[key] = summary
         return summary
+
     def _summarise(self, fn: Function, key: int) -> Summary:
         facts = self.facts
         params = set(fn.params)
@@ -88,6 +89,7 @@ class Summaries:
                         for c in inner.creates
                     )
         return summary
+
     def _asks_gradients(self, fn: Function, call: Call, summary: Summary) -> None:
         """Note in `summary` a `gradient` asked of a parameter of `fn` by `call`, directly or by a
         callee, and whether one call of `fn` asks it more than once (in a loop or a comprehension)."""
@@ -102,6 +104,7 @@ class Summaries:
             repeats = repeated or self._repeats(call)
             if repeats:
                 summary.repeated.setdefault(param, repeats)
+
     def _repeats(self, call: Call) -> str:
         """"in a comprehension" / "in the loop at line 7" when `call` may run more than
         once per call of its function; "" otherwise (a loop it leaves right after, by `return`/`break`)."""
@@ -112,6 +115,7 @@ class Summaries:
         if not loops or facts.exits_after(call.site):
             return ""
         return f"in the loop at line {facts.blocks[loops[0]].line}"
+
     def handed_tapes(self, call: Call, names):
         """(name, path, file, repeated) for each of `names` that `call` hands, as a plain argument, to
         a function whose summary asks that parameter for gradients (`repeated`: Summary.repeated)."""
@@ -136,6 +140,7 @@ class Summaries:
                 if callee.model is not self and "line" in repeated and " of " not in repeated:
                     repeated += f" of {os.path.basename(callee.model.facts.path)}"  # a line of that file
                 yield value.text, path, callee.model.facts.path if callee.model is not self else "", repeated
+
     def lambda_layer_cut(self, call: Call) -> Cut | None:
         """The cut in the function of a `keras.layers.Lambda` inside the `Sequential([...])` the called
         name holds (`keras.layers.Lambda(lambda t: tf.round(t))`), or None."""
@@ -176,6 +181,7 @@ class Summaries:
                     break
         self.memo[key] = found
         return found
+
     def returned_calls(self, fn: Function) -> list | None:
         """The outermost call each `return` of `fn` returns (`return keras.Sequential([...])`), or None
         when some return is not a call (or there is none)."""

@@ -33,11 +33,13 @@ class Tapes:
                     uses.append(TapeUse(call, path, file, repeated))
                     break
         return sorted(uses, key=lambda use: use.call.site.order)
+
     def guarded(self, site: Site, outer: int) -> bool:
         """Inside an `if`/`else`/`except`/`case` between block `outer` and the site: on some passes only."""
         chain = self.facts.chain(site.block)
         start = chain.index(outer) if outer in chain else 0
         return any(self.facts.blocks[b].kind in GUARD_BLOCKS for b in chain[start:])
+
     # -- tapes -----------------------------------------------------------------------------
     def gradient_roots(self, call: Call, tape) -> tuple[set[str], set[str]]:
         """(roots, owners) of `tape.gradient(target, sources)`: the names the sources are read
@@ -60,6 +62,7 @@ class Tapes:
                         roots.add(variable_owner(inner.name))
                         owners.add(variable_owner(inner.name))
         return roots, owners
+
     def tape_flow(self, tape, call: Call, origin_of) -> dict[str, Flow]:
         """The Flow of each name the tape's assignments bind, up to the `gradient` call."""
         facts = self.facts
@@ -73,6 +76,7 @@ class Tapes:
         for assign in sorted(assigns, key=lambda a: a.site.order):
             tracer.assign(assign, merge=assign.site.block not in tape.with_blocks)
         return tracer.state
+
     def flow_before(self, tape, origin_of) -> dict[str, Flow]:
         """The Flow of each name bound in the tape's scope before the tape is made."""
         facts = self.facts
