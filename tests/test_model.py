@@ -328,3 +328,16 @@ def test_a_dataset_made_by_another_module_traces_the_function_mapped_over_it(tmp
     (finding,) = lint_paths([str(tmp_path / "train.py")], jobs=1).findings
     assert (finding.code, finding.line) == ("TAP501", 5)
     assert "`Dataset.map` (line 10) traces" in finding.message
+
+
+def test_tensorflows_short_names_are_the_keras_classes():
+    """`tf.optimizers.Adam is keras.optimizers.Adam` (also `tf.metrics`, `tf.losses`), measured on TF 2.21."""
+    from tapecheck.model import is_keras_class, keras_member
+
+    assert keras_member("tensorflow.optimizers.Adam", "optimizers") == "Adam"
+    assert keras_member("tensorflow.compat.v2.metrics.Mean", "metrics") == "Mean"
+    assert is_keras_class("tensorflow.losses.MeanSquaredError", "losses")
+    assert keras_member("tensorflow.optimizers.Adam", "metrics") == ""
+    assert keras_member("tensorflow.math.reduce_mean", "optimizers") == ""
+    findings = lint_source("import tensorflow as tf\nopt = tf.optimizers.SGD(lr=0.1)\n", "t.py")
+    assert [f.code for f in findings] == ["TAP302"]

@@ -41,10 +41,20 @@ TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function"
 MODEL_FACTORIES = frozenset({"Model", "Sequential", "load_model", "clone_model", "model_from_json"})
 
 
+# `tf.optimizers`, `tf.metrics`, `tf.losses`: TensorFlow's aliases of the Keras packages.
+TF_SHORT_PACKAGES = frozenset({"optimizers", "metrics", "losses"})
+
+
 @functools.lru_cache(maxsize=8192)  # asked of the same few hundred names for every call of a file
 def keras_member(dotted: str, package: str) -> str:
-    """`Mean` for `keras.metrics.Mean` (any Keras flavour) when in `package`, else ""."""
+    """`Mean` for `keras.metrics.Mean` (any Keras flavour) when in `package`, else "". TensorFlow's
+    short names are the Keras classes themselves (`tf.optimizers.Adam is keras.optimizers.Adam`,
+    also `tf.metrics`, `tf.losses`: measured on TF 2.21)."""
     if "keras" not in dotted:
+        if package in TF_SHORT_PACKAGES:
+            for prefix in (f"tensorflow.{package}.", f"tensorflow.compat.v2.{package}."):
+                if dotted.startswith(prefix):
+                    return dotted[len(prefix):].rsplit(".", 1)[-1]
         return ""
     for root in KERAS_ROOTS:
         for middle in (f"{package}.", f"src.{package}.", f"api.{package}."):

@@ -204,6 +204,11 @@ Trainer(0.1).fit_generator([1, 2])
 ]
 
 INVALID = [
+    # TensorFlow's short name is the Keras class itself
+    """
+import tensorflow as tf
+opt = tf.optimizers.Adam(lr=1e-3)  # expect: TAP302
+""",
     # saving where Keras 3 refuses: a model from a builder, handed to a trainer; a callback's path
     """
 import os
