@@ -763,7 +763,9 @@ def check(facts):
             training = call.arg(1, "training")
             if training is None and name in _mode_calls(model):
                 tapes = [t for t in facts.tapes if facts.records(t, call.site)]
-                if any(_trained_by(facts, spans, t, name) for t in tapes):
+                # weaker evidence, so stricter: every tape recording it trains it (not the critic
+                # called for the generator's loss while the critic's tape also records)
+                if tapes and all(_trained_by(facts, spans, t, name) for t in tapes):
                     other = _called_with(model, call, True)
                     if other is not None:
                         yield report(
