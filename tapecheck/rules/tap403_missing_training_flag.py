@@ -123,6 +123,16 @@ TEST_FILE = re.compile(r"test_.*\.py|.*_test\.py|conftest\.py")
 VALIDATION_STEP = re.compile(r"(val|valid|validation|validate|eval|evaluate|evaluation|test)_step|(val|valid|validate|eval|evaluate)(_\w+)?")
 
 VALID = [
+    # the wrapper passes `training` to the wrapped `call` where that call takes it
+    """
+import inspect
+import keras
+class Quantized(keras.layers.Wrapper):
+    def call(self, inputs, training=None):
+        if "training" in inspect.getfullargspec(self.layer.call).args:
+            return self.layer.call(inputs, training=training)
+        return self.layer.call(inputs)
+""",
     # sublayers called without `training`: Keras 3's call context hands them the block's own
     """
 import keras
@@ -706,7 +716,12 @@ def _sublayer_calls(model):
             text = call.func.text
             receiver = text.rpartition(".")[0]
             if text.endswith(".call") and receiver.startswith("self.") and receiver.count(".") == 1:
-                if "training" not in call.keywords and not any(key == -1 for key, _, _ in call.arg_spans):
+                passed_elsewhere = any(  # `if 'training' in args: ...call(x, training=training) else: ...call(x)`
+                    other.func.text == text and "training" in other.keywords
+                    and facts.scope_of(other.site) == fn.block.id for other in model.spans.calls
+                )
+                if "training" not in call.keywords and not passed_elsewhere \
+                        and not any(key == -1 for key, _, _ in call.arg_spans):
                     yield report(
                         facts, call.site, CODE,
                         f"`{text}(...)` runs the sublayer's `call` directly, skipping Keras's `__call__`: the "
