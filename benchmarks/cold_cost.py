@@ -3,6 +3,7 @@
     git worktree add /tmp/old HEAD~5
     python benchmarks/cold_cost.py --code /tmp/old                 # installed tensorflow+keras, 3 rounds
     python benchmarks/cold_cost.py --code /tmp/old --runs 5 PATH...
+    python benchmarks/cold_cost.py --this /tmp/new --code /tmp/old     # two other checkouts
 
 Each round runs `tapecheck lint --no-cache --jobs 1 -q --exit-zero TREE` once with this
 checkout's tapecheck and once with the other's (Python without its site hooks, `-S`, so the
@@ -34,6 +35,7 @@ def cpu_of(command: list[str], env: dict) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--code", required=True, metavar="DIR", help="the other checkout (a git worktree)")
+    parser.add_argument("--this", metavar="DIR", help="measure this other checkout as 'this' instead")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("paths", nargs="*", help="the trees (default: the installed tensorflow and keras)")
     args = parser.parse_args(argv)
@@ -42,7 +44,10 @@ def main(argv=None) -> int:
     lint = ["-m", "tapecheck", "lint", "--no-cache", "--jobs", "1", "-q", "--exit-zero", *paths]
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     other_env = dict(env, PYTHONPATH=os.pathsep.join([os.path.abspath(args.code), site]))
-    kinds = {"this": ([sys.executable, *lint], env), "other": ([sys.executable, "-S", *lint], other_env)}
+    this_run = ([sys.executable, *lint], env)
+    if args.this:
+        this_run = ([sys.executable, "-S", *lint], dict(env, PYTHONPATH=os.pathsep.join([os.path.abspath(args.this), site])))
+    kinds = {"this": this_run, "other": ([sys.executable, "-S", *lint], other_env)}
     for command, environment in kinds.values():
         cpu_of(command, environment)  # unmeasured: bytecode compiled, files in the page cache
     seconds = {name: [] for name in kinds}

@@ -781,7 +781,10 @@ def check(facts):
                 # weaker evidence, so stricter: every tape recording it trains it (not the critic
                 # called for the generator's loss while the critic's tape also records)
                 if tapes and all(_trained_by(facts, spans, t, name) for t in tapes):
-                    other = _called_with(model, call, True)
+                    # not from the same tape: `critic(s, training=True)` beside `critic(s2)` for a
+                    # bootstrap target is two passes chosen on purpose
+                    other = _called_with(model, call, True,
+                                         lambda other: not any(facts.records(t, other.site) for t in tapes))
                     if other is not None:
                         yield report(
                             facts, call.site, CODE,
