@@ -7,7 +7,6 @@ helpers' summaries, `self.` attributes, Lambda layers and local `Layer.call`s.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from tapecheck.lint.facts import Call, Compare
 from tapecheck.model.keras import keras_member
@@ -17,9 +16,6 @@ from tapecheck.model.ops import (
 )
 from tapecheck.model.queries import callee_of, is_metadata, method_of, prefixes
 
-if TYPE_CHECKING:  # annotations only: the program imports this module
-    from tapecheck.model.program import ProgramModel
-
 
 class Tracer:
     """Follows assignments in order, keeping the Flow of each name from the given origins.
@@ -27,7 +23,7 @@ class Tracer:
     `origin_of(name)` gives the origins a name stands for when nothing assigned it
     here (a tape's sources, a function's parameters)."""
 
-    def __init__(self, model: "ProgramModel", origin_of, boundary: tuple[int, ...] = (), hides: bool = False):
+    def __init__(self, model, origin_of, boundary: tuple[int, ...] = (), hides: bool = False):
         # hides: a name bound here stands for its new value only (a parameter rebound), not its origin too
         self.model, self.origin_of, self.boundary, self.hides = model, origin_of, boundary, hides
         self.state: dict[str, Flow] = {}

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from tapecheck.lint.facts import Block, Call, Site
-
-if TYPE_CHECKING:  # annotations only: the program imports this module
-    from tapecheck.model.program import ProgramModel
 
 
 # -- flows ----------------------------------------------------------------------------------
@@ -100,7 +96,7 @@ class Function:
     params: tuple[str, ...]
     owner: Block | None  # the class, for a method
     bound: bool  # a method that takes `self` (not a staticmethod)
-    model: "ProgramModel" = None  # the model of the file that defines it
+    model: object = None  # the ProgramModel of the file that defines it (program.py imports this module)
     label: str = ""  # a lambda: the name it is bound to (`self.loss_fn`), for messages
 
     @property
@@ -123,7 +119,7 @@ class Klass:
     """A class defined in a linted file (this one, or one it imports)."""
 
     block: Block
-    model: "ProgramModel"
+    model: object  # the ProgramModel of the file that defines it
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +129,7 @@ class Instance:
 
 @dataclass(frozen=True, slots=True)
 class ModuleRef:
-    model: "ProgramModel"
+    model: object  # the ProgramModel of that file
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # annotations only: the program imports this module
-    from tapecheck.model.program import ProgramModel
 
 
 # -- other files of the project ----------------------------------------------------------
@@ -26,7 +22,7 @@ MAX_MODULES = 64  # other files kept per process
 SEARCH_LEVELS = 4  # folders above the importing file searched for an absolute import
 
 
-_modules: dict[str, tuple[tuple[int, int], "ProgramModel | None"]] = {}
+_modules: dict[str, tuple[tuple[int, int], object]] = {}  # path -> (stamp, its ProgramModel or None)
 
 
 def module_file(importer: str, module: str, relative: bool) -> str | None:
