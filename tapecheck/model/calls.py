@@ -135,6 +135,16 @@ class Calls:
         calls = [self.value_call(assign) for assign in self.assigns_of(name, site, bases)]
         return calls if calls and all(call is not None for call in calls) else None
 
+    def calls_in_scope(self, scope: int) -> list:
+        """The calls written directly in one function (or class, or module) scope, in source order;
+        indexed once per file."""
+        index = self._calls_by_scope
+        if index is None:
+            index = self._calls_by_scope = {}
+            for call in self.spans.calls:
+                index.setdefault(self.facts.scope_of(call.site), []).append(call)
+        return index.get(scope, [])
+
     def call_graph(self) -> dict[int, dict[int, int]]:
         """For each scope, the functions of this file its calls run (their block ids), each with the
         order of the first call that runs it. Every call is resolved once per file."""

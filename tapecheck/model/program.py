@@ -52,6 +52,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         self._uses_by_head: dict[str, list] | None = None
         self._callers: dict[int, list] | None = None
         self._calls_by_name: dict[str, list] = {}
+        self._calls_by_scope: dict[int, list] | None = None  # calls_in_scope
         self._methods: dict[int, list] | None = None
         self._attribute_assigns: dict[tuple[int, str], list] = {}
         self._assigns_by_name: dict[str, list] | None = None  # assigns_named

@@ -575,14 +575,10 @@ def _forwards_training(model, klass) -> str:
     `training` and hands it to a sublayer, so the author made it behave differently in training.
     "" otherwise."""
     fn = model.method_of_block(klass, "call")
-    if fn is None or "training" not in fn.params:
+    if fn is None:
         return ""
-    facts = model.facts
-    for inner in model.spans.calls:
-        if facts.scope_of(inner.site) != fn.block.id:
-            continue
-        value = inner.keywords.get("training")
-        if value is not None and value.kind == "name" and value.text == "training" and inner.func.text:
+    for flag, inner in _passed_on(model, fn):
+        if flag == "training" and inner.func.text:
             return f"its `call` passes `training` on to `{inner.func.text}` (line {inner.site.line})"
     return ""
 
@@ -661,14 +657,16 @@ def _flags(model, call) -> list[str]:
     fn = model.resolve(call)
     if fn is None:
         return ["training"]
-    facts = model.facts
-    flags = set()
-    for inner in model.spans.calls:
-        if facts.scope_of(inner.site) == fn.block.id:
-            value = inner.keywords.get("training")
-            if value is not None and value.kind == "name" and value.text in fn.params:
-                flags.add(value.text)
+    flags = {flag for flag, _ in _passed_on(model, fn)}
     return sorted(flags - {"training"}) or ["training"]
+
+
+def _passed_on(model, fn):
+    """(parameter, call) for each call in `fn` that gives one of `fn`'s parameters as `training=`."""
+    for inner in model.calls_in_scope(fn.block.id):
+        value = inner.keywords.get("training")
+        if value is not None and value.kind == "name" and value.text in fn.params:
+            yield value.text, inner
 
 
 def _training_arg(model, call, flags):
@@ -710,15 +708,15 @@ def _sublayer_calls(model):
     for fn in model.functions.values():
         if fn.name != "call" or fn.owner is None or "training" not in fn.params or not model.is_keras(fn.owner):
             continue
-        for call in model.spans.calls:
-            if facts.scope_of(call.site) != fn.block.id or call.site.in_comprehension:
+        calls = model.calls_in_scope(fn.block.id)
+        for call in calls:
+            if call.site.in_comprehension:
                 continue
             text = call.func.text
             receiver = text.rpartition(".")[0]
             if text.endswith(".call") and receiver.startswith("self.") and receiver.count(".") == 1:
                 passed_elsewhere = any(  # `if 'training' in args: ...call(x, training=training) else: ...call(x)`
-                    other.func.text == text and "training" in other.keywords
-                    and facts.scope_of(other.site) == fn.block.id for other in model.spans.calls
+                    other.func.text == text and "training" in other.keywords for other in calls
                 )
                 if "training" not in call.keywords and not passed_elsewhere \
                         and not any(key == -1 for key, _, _ in call.arg_spans):
