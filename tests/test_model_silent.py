@@ -142,3 +142,8 @@ def test_tf_variables_on_a_keras_3_layer_are_never_trained():
     assert (bad_variables, good_variables) == (0, 2)
     assert bad[-1] == pytest.approx(bad[0])  # nothing moves: every epoch is the untrained model's loss
     assert good[-1] < good[0] / 10  # the same layer with Keras's own weights learns the line
+
+
+def test_an_early_stop_asking_a_tensor_is_true_never_stops():
+    assert run("bad", "trainer_early_stop_identity.py", 200) == 200  # the test is always False
+    assert run("good", "trainer_early_stop_identity.py", 200) == 7

@@ -605,7 +605,9 @@ class FactsBuilder(FastVisitor):
 
     def visit_Comparison(self, node: cst.Comparison):
         operator = self._COMPARE_TEXT.get(type(node.comparisons[0].operator).__name__, "?") if node.comparisons else "?"
-        compare = Compare(self._site(node), operator)
+        first = node.comparisons[0].comparator if node.comparisons else None
+        compare = Compare(self._site(node), operator, left=self.summarize(node.left),
+                          right=self.summarize(first) if first is not None else None)
         self._visit(node.left)
         for target in node.comparisons:
             self._visit(target.comparator)

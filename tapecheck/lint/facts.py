@@ -161,6 +161,8 @@ class Compare:
     site: Site
     operator: str  # the first operator, as written: ">", "==", "is not"...
     end_order: int = 0
+    left: Expr | None = None  # the left operand
+    right: Expr | None = None  # the first comparator (`b` in `a > b > c`)
 
 
 @dataclass(slots=True)
