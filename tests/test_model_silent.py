@@ -147,3 +147,8 @@ def test_tf_variables_on_a_keras_3_layer_are_never_trained():
 def test_an_early_stop_asking_a_tensor_is_true_never_stops():
     assert run("bad", "trainer_early_stop_identity.py", 200) == 200  # the test is always False
     assert run("good", "trainer_early_stop_identity.py", 200) == 7
+
+
+def test_a_gradient_penalty_computed_before_the_critic_tape_adds_nothing_to_its_gradients():
+    assert run("bad", "critic_penalty_before_tape.py") == 0.0  # the penalty is a constant there
+    assert run("good", "critic_penalty_before_tape.py") > 0.5

@@ -512,6 +512,8 @@ class FactsBuilder(FastVisitor):
                 name = dotted_name(alias.name)
                 local = dotted_name(alias.asname.name) if alias.asname else name
                 self.facts.relative_imports[local] = f"{module}.{name}" if module else name
+                if name == local == "tf":
+                    self.facts.imports["tf"] = "tensorflow"  # `from .common import tf`: see below
             return False
         if isinstance(node.names, cst.ImportStar):
             # `from project.common import *` is how many projects hand out `tf`: a `tf` that nothing
@@ -524,7 +526,9 @@ class FactsBuilder(FastVisitor):
         for alias in node.names:
             name = dotted_name(alias.name)
             local = dotted_name(alias.asname.name) if alias.asname else name
-            self.facts.imports[local] = f"{module}.{name}"
+            # `from project.backend import tf`: a project handing out its TensorFlow under the
+            # universal name; `tf` is TensorFlow then, so its tapes and ops are seen
+            self.facts.imports[local] = "tensorflow" if name == local == "tf" else f"{module}.{name}"
         return False
 
     def visit_Global(self, node):

@@ -7,6 +7,7 @@ over sorted orders) gives "the names this value reads" without a second walk.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 
 # Attributes that hold a model's variables: `model.trainable_variables` -> `model`.
@@ -93,3 +94,23 @@ def variable_owner(text: str) -> str:
     """`model` for `model.trainable_variables`, "" for anything else."""
     owner, _, attribute = text.rpartition(".")
     return owner if owner and attribute in VARIABLE_ATTRIBUTES else ""
+
+
+# A method (or attribute) of an object that hands back some of its variables, named so:
+# `policy.critic_trainable_variables(key)`, `agent.get_trainable_variables()`, `net.actor_params`.
+VARIABLES_NAMED = re.compile(r"^(?:get_)?(?:[a-z0-9]+_)*(?:trainable_)?(?:variables|weights|params|parameters)$")
+NOT_VARIABLES = frozenset({"get_weights", "set_weights", "count_params", "get_params", "set_params"})
+
+
+def variables_owner(text: str) -> str:
+    """`policy` for `policy.critic_trainable_variables` (a method or an attribute whose name says it
+    holds variables) as well as for `policy.trainable_variables`; "" otherwise. Not the NumPy
+    copies (`get_weights`) nor the non-trainable ones."""
+    owner = variable_owner(text)
+    if owner:
+        return owner
+    owner, _, attribute = text.rpartition(".")
+    if (not owner or attribute in NOT_VARIABLES or "non_trainable" in attribute
+            or VARIABLES_NAMED.match(attribute) is None):
+        return ""
+    return owner

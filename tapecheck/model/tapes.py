@@ -9,7 +9,7 @@ from tapecheck.lint.facts import GRADIENT_METHODS, Call, Site
 from tapecheck.model.flow import Tracer
 from tapecheck.model.objects import Flow, TapeUse
 from tapecheck.model.ops import GUARD_BLOCKS
-from tapecheck.model.queries import call_span, variable_owner
+from tapecheck.model.queries import call_span, variable_owner, variables_owner
 
 
 class Tapes:
@@ -52,7 +52,7 @@ class Tapes:
         for use in self.spans.uses_in(call_span(call)):
             if use.name == f"{tape.name}.{call.method}" or (target is not None and use.name == target.text):
                 continue
-            owner = variable_owner(use.name)
+            owner = variables_owner(use.name)  # also `policy.critic_trainable_variables(key)`
             roots.add(owner or use.name)
             if owner:
                 owners.add(owner)

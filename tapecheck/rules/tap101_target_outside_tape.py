@@ -51,7 +51,7 @@ grads = tape.gradient(z, [w, b])  # [2.0, 1.0]
 ```
 '''
 
-from tapecheck.model import model_of, prefixes
+from tapecheck.model import Tracer, model_of, prefixes
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP101"
@@ -268,8 +268,22 @@ def _forward_pass_outside(facts):
                 return {f"param:{head}"}
             return set()
 
-        flow = model.tape_flow(tape, call, origin_of).get(target.text)
-        if flow is None or SOURCES in flow.live or SOURCES in flow.cuts:
+        state = model.tape_flow(tape, call, origin_of)
+        flow = state.get(target.text)
+        if flow is not None and SOURCES in flow.live:
+            term = _term_made_before(model, tape, call, target.text, state, origin_of)
+            if term is not None:
+                name, made, total = term
+                yield report(
+                    facts, made.site, CODE,
+                    f"`{name}` is computed from the model here, before the `with` block of `{tape.name}` "
+                    f"(line {facts.blocks[tape.with_blocks[0]].line}), and added to `{target.text}` inside it "
+                    f"(line {total.site.line}): the tape never recorded how `{name}` was made, so its term adds "
+                    f"a constant and `{tape.name}.gradient` (line {call.site.line}) gets nothing from it",
+                    f"Compute `{name}` inside the `with` block of `{tape.name}`.",
+                )
+            continue
+        if flow is None or SOURCES in flow.cuts:
             continue
         label = tape.name
         block_line = facts.blocks[tape.with_blocks[0]].line
@@ -303,6 +317,35 @@ def _forward_pass_outside(facts):
                     f"Pass the inputs and run the model inside the `with` block of `{label}`.",
                 )
                 break
+
+
+def _term_made_before(model, tape, call, target, state, origin_of):
+    """A term of the sum that makes the target inside the tape (`loss = w_loss + lam * gp`, no term
+    subtracted) that depends on the model only through a value computed before the tape: (that
+    value's name, its binding before the tape, the sum's assignment), or None."""
+    facts = model.facts
+    inside = [a for a in facts.reaching_assigns(target, call.site) if facts.records(tape, a.site)]
+    if len(inside) != 1 or inside[0].kind != "assign" or inside[0].value is None or inside[0].value.kind != "binop":
+        return None
+    total = inside[0]
+    whole = [terms for terms in model.sums_in(total.span) if terms[0][0] == total.span[0] and terms[-1][1] == total.span[1]]
+    if len(whole) != 1 or (whole[0][0][0], whole[0][-1][1]) in model.differences:
+        return None
+    tracer = Tracer(model, origin_of, boundary=tuple(tape.with_blocks))
+    tracer.state = dict(state)
+    fn = model.functions.get(facts.scope_of(tape.site))
+    own = f"param:{fn.self_name}" if fn is not None and fn.self_name else None  # `self.lambda_ * gp`
+    for term in whole[0]:
+        flow = tracer.judge(term)
+        before = sorted(origin for origin in flow.live if origin.startswith("before:"))
+        if SOURCES in flow.live or flow.cuts or len(before) != 1 or any(
+                origin != own for origin in flow.live if not origin.startswith("before:")):
+            continue
+        name = before[0].partition(":")[2]
+        made = facts.reaching_assigns(name, tape.site)
+        if len(made) == 1 and made[0].kind == "assign":
+            return name, made[0], total
+    return None
 
 
 KERAS_LOSS_METHODS = ("compute_loss", "compiled_loss")
