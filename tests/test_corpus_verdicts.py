@@ -71,3 +71,30 @@ def test_compiled_loss_in_a_train_step_adds_the_sub_models_penalties():
     data = float(keras.losses.MeanSquaredError()(y, prediction))
     assert total == pytest.approx(data + float(sum(encoder.losses)))
     assert float(sum(encoder.losses)) > 1.0
+
+
+class _ZeroedByOverride(keras.metrics.Metric):
+    """Keras 2's `reset_states` overridden to zero every variable (tensorflow/addons' CohenKappa, FBetaScore)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.counts = self.add_weight(name="counts", shape=(2, 2), initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.counts.assign_add(tf.ones((2, 2)))
+
+    def result(self):
+        return tf.reduce_sum(self.counts)
+
+    def reset_states(self):
+        for v in self.variables:
+            v.assign(np.zeros((2, 2), "float32"))
+
+
+def test_a_metric_overriding_only_reset_states_with_zeros_is_still_reset_by_fit():
+    """Keras 3's `fit` calls `reset_state`, never `reset_states`; the base `reset_state` zeroes every
+    variable, which is all such an override did: each epoch counts only its own 2 batches."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", metrics=[_ZeroedByOverride(name="counts")])
+    history = model.fit(np.ones((8, 3)), np.ones((8, 1)), batch_size=4, epochs=3, verbose=0)
+    assert history.history["counts"] == [8.0, 8.0, 8.0]

@@ -152,3 +152,8 @@ def test_an_early_stop_asking_a_tensor_is_true_never_stops():
 def test_a_gradient_penalty_computed_before_the_critic_tape_adds_nothing_to_its_gradients():
     assert run("bad", "critic_penalty_before_tape.py") == 0.0  # the penalty is a constant there
     assert run("good", "critic_penalty_before_tape.py") > 0.5
+
+
+def test_an_optimizer_v2_hook_on_a_keras_3_sgd_subclass_is_never_called():
+    assert run("bad", "langevin_optimizer_hooks.py") == 0.0  # plain SGD: no noise in any run
+    assert run("good", "langevin_optimizer_hooks.py") > 0.1

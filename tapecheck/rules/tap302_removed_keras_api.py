@@ -10,7 +10,10 @@ that old training loops and tutorials still make:
 - `optimizer.get_gradients(...)` and `optimizer.minimize(...)` (use a
   `tf.GradientTape` and `apply_gradients`);
 - `keras.backend.set_learning_phase(...)` (pass `training=` to the model);
-- `optimizer.lr`, read or assigned (now `learning_rate`);
+- `optimizer.lr`, read or assigned (now `learning_rate`), also `self.lr` in an optimizer
+  subclass, and `lr=` passed to `super().__init__` there;
+- an optimizer subclass implementing OptimizerV2's hooks (`_resource_apply_dense`,
+  `_create_slots`...) instead of `update_step`: Keras 3 never calls them;
 - `model.fit_generator`, `evaluate_generator`, `predict_generator`, `predict_classes`,
   `predict_proba` (now `fit`, `evaluate`, `predict`);
 - saving to paths Keras 3 refuses: `model.save_weights(path)` where the path does not end
@@ -36,7 +39,11 @@ optimizer keeps its learning rate. `decay=` fails silently instead: Keras 3
 logs "Argument `decay` is no longer supported and will be ignored" and trains at
 a constant learning rate. Building a legacy optimizer raises
 `ImportError`, and a `hasattr(tf.keras.optimizers, "legacy")` guard does not
-help: Keras 3 keeps a `legacy` stub module whose optimizers only raise.
+help: Keras 3 keeps a `legacy` stub module whose optimizers only raise. An
+optimizer subclass with OptimizerV2's hooks fails at the first `apply_gradients`
+with `NotImplementedError` and an empty message when it derives from `Optimizer`;
+derived from `SGD` or `Adam`, it silently runs the base class's update instead of
+its own.
 
 ## Keras 2 projects
 With `keras-version = "2"` in `[tool.tapecheck]` (or when not set, for a project
@@ -117,6 +124,8 @@ def screen(source: bytes) -> bool:
     taken from `legacy`; `.lr`, a model's removed methods, or saving."""
     if b"reset_states" in source or b"get_gradients" in source or b"set_learning_phase" in source:
         return True
+    if b"_resource_apply_" in source or b"_create_slots" in source:
+        return True
     if any(needle in source for needle in KERAS_NEEDLES):
         return True
     if b"lr" in source and LR_ATTRIBUTE.search(source) is not None:
@@ -130,6 +139,25 @@ def screen(source: bytes) -> bool:
 
 
 VALID = [
+    # code written for both Keras versions; a Keras 3 optimizer subclass done right
+    """
+import tensorflow as tf
+class Scaled(tf.keras.optimizers.SGD):
+    def __init__(self, learning_rate=0.1, scale=2.0):
+        super().__init__(learning_rate=learning_rate)
+        self.scale = scale
+    def current(self):
+        if hasattr(self, "learning_rate"):
+            return self.learning_rate
+        return self.lr
+    def update_step(self, gradient, variable, learning_rate):
+        variable.assign_sub(self.scale * learning_rate * gradient)
+    def _resource_apply_dense(self, grad, var):
+        return var.assign_sub(grad)
+class Legacy(tf.keras.optimizers.legacy.Optimizer):
+    def _resource_apply_dense(self, grad, var):
+        return var.assign_sub(grad)
+""",
     # stateful RNN layers still have reset_states() in Keras 3
     """
 import keras
@@ -204,6 +232,25 @@ Trainer(0.1).fit_generator([1, 2])
 ]
 
 INVALID = [
+    # an optimizer subclass written for Keras 2: `lr=` to the base, `self.lr` read
+    """
+import tensorflow as tf
+class SPSAAdam(tf.optimizers.Adam):
+    def __init__(self, lr=0.01, delta=0.01):
+        super(SPSAAdam, self).__init__(lr=lr)  # expect: TAP302
+        self.delta = delta
+    def step_size(self):
+        return self.lr * self.delta  # expect: TAP302
+""",
+    # OptimizerV2's hooks on a Keras 3 optimizer: never called
+    """
+import tensorflow as tf
+class Langevin(tf.optimizers.Optimizer):  # expect: TAP302
+    def _create_slots(self, var_list):
+        pass
+    def _resource_apply_dense(self, grad, var):
+        return var.assign_sub(self.learning_rate * grad)
+""",
     # TensorFlow's short name is the Keras class itself
     """
 import tensorflow as tf
@@ -390,9 +437,46 @@ def _is_legacy(callee: str) -> bool:
     return ".optimizers.legacy." in f"{callee}." and is_keras_class(callee, "optimizers")
 
 
+# OptimizerV2's hooks: Keras 3 optimizers call `build` and `update_step`, never these.
+OPTIMIZER_V2_HOOKS = ("_resource_apply_dense", "_resource_apply_sparse", "_create_slots", "_prepare_local")
+
+
+def _optimizer_v2_hooks(facts, model):
+    """A subclass of a Keras 3 optimizer that implements OptimizerV2's hooks and not `update_step`:
+    Keras 3 never calls them (the base `Optimizer` raises NotImplementedError with an empty
+    message; a concrete base such as `SGD` runs its own update instead, silently)."""
+    first = {}  # class scope -> its first hook's def: one finding per class
+    for assign in facts.assigns:
+        if assign.kind == "def" and assign.target in OPTIMIZER_V2_HOOKS:
+            first.setdefault(facts.scope_of(assign.site), assign)
+    for scope, assign in first.items():
+        name = assign.target
+        klass = facts.blocks[scope]
+        if klass.kind != "class":
+            continue
+        bases = [base for cls in model.bases(klass) for base in cls.bases]
+        keras = [base for base in bases if is_keras_class(base, "optimizers") and not _is_legacy(base)]
+        if not keras or model.method_of_block(klass, "update_step") is not None:
+            continue
+        abstract = keras_member(keras[0], "optimizers") == "Optimizer"
+        made = next((a for a in facts.assigns if a.kind == "def" and a.target == klass.name
+                     and a.site.line == klass.line), assign)
+        yield _with(report(
+            facts, made.site, CODE,
+            f"`{klass.name}` subclasses a Keras 3 optimizer but implements `{name}` (line {assign.site.line}), "
+            "an OptimizerV2 hook: Keras 3 optimizers never call it (they call "
+            "`build` and `update_step`), so " + (
+                "the first `apply_gradients` raises NotImplementedError, with an empty message"
+                if abstract else f"the base class's own update runs instead, silently"),
+            "Implement `build(self, variables)` and `update_step(self, gradient, variable, learning_rate)`; "
+            "or, for Keras 2, subclass `tf.keras.optimizers.legacy.Optimizer`.",
+        ), "optimizer-v2-hooks", None)
+
+
 def check(facts):
     metrics = metric_bindings(facts)
     model = model_of(facts)
+    yield from _optimizer_v2_hooks(facts, model)
     optimizers = {}  # name -> whether a legacy optimizer is bound to it (any binding)
     for a in facts.assigns:
         if a.value is not None and a.value.kind == "call" and a.value.func_text:
@@ -437,7 +521,9 @@ def check(facts):
                 'and a `hasattr(tf.keras.optimizers, "legacy")` guard does not help (the stub module exists)',
                 "Use the optimizer of the same name in `keras.optimizers`.",
             ), "legacy-optimizer", None)
-        elif is_keras_class(callee, "optimizers") and "lr" in call.keywords:
+        elif ((is_keras_class(callee, "optimizers") and not _is_legacy(callee))
+              or (call.func.kind == "super" and call.func.method == "__init__"
+                  and _optimizer_class(model, call.site) is not None)) and "lr" in call.keywords:
             yield _with(report(
                 facts, call.site, CODE,
                 "Keras 3 optimizers reject `lr=`: ValueError: Argument(s) not recognized",
@@ -512,12 +598,43 @@ def _saving(facts, model, call, callee):
     return _with(report(facts, call.site, CODE, message, hint), f"{method}-path", None)
 
 
+def _optimizer_class(model, site):
+    """The class whose method holds `site` when it derives (through this file's classes) from a
+    Keras optimizer that is not a legacy one, else None."""
+    fn = model.functions.get(model.facts.scope_of(site))
+    if fn is None or fn.owner is None or not fn.bound:
+        return None
+    bases = [base for cls in model.bases(fn.owner) for base in cls.bases]
+    if any(is_keras_class(base, "optimizers") and not _is_legacy(base) for base in bases):
+        return fn.owner
+    return None
+
+
 def _lr_receiver(model, optimizers, receiver: str, site) -> bool:
-    """Whether `receiver` is a Keras (not legacy) optimizer: bound to one here, or a model's `optimizer`."""
+    """Whether `receiver` is a Keras (not legacy) optimizer: bound to one here, a model's
+    `optimizer`, or `self` in a subclass of one that never sets or defines `lr` itself."""
     if receiver in optimizers:
         return not optimizers[receiver]
     owner, _, attribute = receiver.rpartition(".")
+    if not owner and "." not in receiver:
+        fn = model.functions.get(model.facts.scope_of(site))
+        klass = _optimizer_class(model, site)
+        return (klass is not None and fn.self_name == receiver and not model.attribute_assigns(klass, "lr")
+                and model.method_of_block(klass, "lr") is None)
     return attribute == "optimizer" and bool(owner) and model.holds_a_model(owner, site)
+
+
+def _feature_tested(model, site) -> bool:
+    """Whether `site` is under an `if`/`else` whose test asks `hasattr(...)`/`getattr(...)`: code
+    written for both Keras versions (`self.learning_rate if hasattr(self, "learning_rate") ...`)."""
+    facts = model.facts
+    scope = facts.scope_of(site)
+    for block in facts.blocks:  # under such a test, or after one in the same function (an early return)
+        if block.kind in ("if", "else") and block.test_span != (0, 0) and block.scope == scope \
+                and block.line <= site.line:
+            if any(call.func.text in ("hasattr", "getattr") for call in model.spans.calls_in(block.test_span)):
+                return True
+    return False
 
 
 def _lr_attributes(facts, model, optimizers):
@@ -525,7 +642,7 @@ def _lr_attributes(facts, model, optimizers):
     read_lines = set()
     for use in facts.uses:
         parts = use.name.split(".")
-        if "lr" not in parts[1:]:
+        if "lr" not in parts[1:] or _feature_tested(model, use.site):
             continue
         receiver = ".".join(parts[:parts.index("lr", 1)])
         if (use.site.line, receiver) in read_lines or not _lr_receiver(model, optimizers, receiver, use.site):
