@@ -13,6 +13,9 @@ The program model also follows the calls: state made by a helper (of this file
 or of another module of the project) that a step function, a step loop or a loss
 given to `compile()` calls each time is reported where it is made, with the call
 that runs it. Creation guarded to run once (`if self.tracker is None:`) is fine.
+An optimizer made afresh by a function called in a loop and handed to a `tf.function` step
+that applies gradients with it is flagged too: each new optimizer means a new trace that
+creates its variables again.
 
 ## Why is this bad?
 These objects are state that must live across steps. An optimizer made anew each
@@ -279,6 +282,58 @@ def check(facts):
                 yield report(facts, call.site, CODE, f"`{call.func.text}` is created in `{fn.qualname}`, {IN_CALL}",
                              CALL_HINT)
     yield from _in_helpers(facts, model, steps, loops, reported)
+    yield from _optimizers_handed_to_traced_steps(facts, model, makers, reported)
+
+
+def _applies_through(model, fn, param: str) -> bool:
+    """Whether `fn` calls `<param>.apply_gradients(...)` (or `.apply`, `.minimize`) itself."""
+    return any(call.receiver == param and call.method in ("apply_gradients", "apply", "minimize")
+               for call in model.calls_in_scope(fn.block.id))
+
+
+def _optimizers_handed_to_traced_steps(facts, model, makers, reported):
+    """An optimizer made in a function on each of its calls, one made again and again (called in a
+    loop), and handed to a `tf.function` step that applies gradients with it: the step creates the
+    optimizer's variables while tracing, and a new optimizer means a new trace creating them again."""
+    for maker, kind in makers:
+        if kind != "optimizer" or maker.site in reported:
+            continue
+        scope = facts.scope_of(maker.site)
+        fn = model.functions.get(scope)
+        if fn is None or model.guarded(maker.site, scope) or facts.loops_between(None, maker.site):
+            continue
+        bound = [a for a in model.assigns_in(scope) if a.kind == "assign" and model.value_call(a) is maker]
+        if len(bound) != 1 or "." in bound[0].target:
+            continue
+        name = bound[0].target
+        repeated = next((c for c in model.callers(fn) if facts.loops_between(None, c.site)), None)
+        if repeated is None:
+            continue
+        for call in model.calls_in_scope(scope):
+            step = model.resolve(call)
+            if step is None or not set(step.block.decorators) & TF_FUNCTIONS:
+                continue
+            for key, _, end in call.arg_spans:
+                value = call.passed(key) if key != -1 else None
+                if value is None or value.kind != "name" or value.text != name:
+                    continue
+                param = model.parameter(call, step, end)
+                if param and _applies_through(model, step, param):
+                    reported.add(maker.site)
+                    yield report(
+                        facts, maker.site, CODE,
+                        f"`{maker.func.text}` is created in `{fn.qualname}` on each of its calls (called in a loop "
+                        f"at line {repeated.site.line}) and handed to the tf.function `{step.qualname}` (line "
+                        f"{call.site.line}), whose `{param}.apply_gradients` creates the optimizer's variables while "
+                        "tracing: the next call brings a new optimizer, a new trace creates them again, and "
+                        "TensorFlow raises ValueError (tf.function only supports singleton tf.Variables created on "
+                        "the first call)",
+                        "Create the optimizer once (in `__init__`) and reset its variables between runs if needed "
+                        "(`for v in optimizer.variables: v.assign(tf.zeros_like(v))`).",
+                    )
+                    break
+            if maker.site in reported:
+                break
 
 
 IN_CALL = ("which Keras runs at every forward pass: under `fit` or `tf.function` it raises ValueError "
