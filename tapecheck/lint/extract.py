@@ -284,6 +284,8 @@ class FactsBuilder(FastVisitor):
                 self._bind(param.name, None, "param", param)
                 if param.annotation is not None:
                     self.facts.assigns[-1].annotation = dotted_name(param.annotation.annotation)
+                if param.default is not None:
+                    self.facts.assigns[-1].default = self.summarize(param.default)
             for star in (params.star_arg, params.star_kwarg):
                 if isinstance(star, cst.Param):
                     self._bind(star.name, None, "param", star)

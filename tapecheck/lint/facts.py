@@ -80,6 +80,7 @@ class Assign:
     kind: str = "assign"  # assign, augassign, for, with, import, param, def
     span: tuple[int, int] = (0, 0)  # orders (after start, up to end) of the value's events
     annotation: str = ""  # parameters: the annotation's dotted name (`int`, `tf.Tensor`), when it is one
+    default: Expr | None = None  # parameters: the default value's summary, when there is one
 
 
 @dataclass(slots=True)

@@ -204,10 +204,11 @@ def fit(batches):
 class Owner:
     """A model whose variables are in a set: a key that names the object, and where it is built."""
 
-    __slots__ = ("key", "text", "built", "scope")
+    __slots__ = ("key", "text", "built", "scope", "model")
 
-    def __init__(self, key, text, built, scope):
-        self.key, self.text, self.built, self.scope = key, text, built, scope
+    def __init__(self, key, text, built, scope, model=None):
+        # model: the program model of the file `built` is in (another module's, for a class defined there)
+        self.key, self.text, self.built, self.scope, self.model = key, text, built, scope, model
 
 
 def _one_binding(model, name, site):
@@ -226,6 +227,8 @@ def _one_binding(model, name, site):
 def _object(model, text, site):
     """What `text` (a name or `self.x`) names: an Owner, or None when the model cannot say."""
     head, _, rest = text.partition(".")
+    if rest and model.self_class(head, site) is None and "." not in rest:
+        return _instance_attribute(model, head, rest, text, site)
     if rest:
         klass = model.self_class(head, site)
         if klass is None or "." in rest:
@@ -240,6 +243,21 @@ def _object(model, text, site):
     assign = found[0]
     built = assign if _is_construction(model, assign) else None
     return Owner(("bound", assign.site.order), text, built, model.facts.scope_of(assign.site))
+
+
+def _instance_attribute(model, head, rest, text, site):
+    """`cycle_gan.DA`: an attribute set once, to a new model, in the methods of the class (of this
+    file or of a project module) that `head` is the one instance of."""
+    found = _one_binding(model, head, site)
+    instance = model.binding(head, site) if found is not None else None
+    klass = getattr(instance, "klass", None)
+    if klass is None or found[0].kind != "assign":
+        return None
+    owner = klass.model
+    assigns = owner.attribute_assigns(klass.block, rest)
+    if len(assigns) != 1 or not _is_construction(owner, assigns[0][0]):
+        return None
+    return Owner(("instance", found[0].site.order, rest), text, assigns[0][0], assigns[0][1].block.id, owner)
 
 
 def _is_construction(model, assign) -> bool:
@@ -271,8 +289,10 @@ def _reads(model, assign) -> set[str]:
         if isinstance(bound, (Function, Klass)):
             continue
         reaching = model.assigns_here(head, use.site)
-        if reaching and all(a.value is not None and a.value.kind == "constant" for a in reaching):
-            continue
+        if reaching and all((a.value is not None and a.value.kind == "constant")
+                            or (a.kind == "param" and a.default is not None and a.default.kind == "constant")
+                            for a in reaching):
+            continue  # a constant, or a parameter whose default is one (`inner_filters=64`): a setting
         names.add(name)
     return names
 
@@ -285,6 +305,9 @@ def _distinct(model, one: Owner, other: Owner) -> bool:
     """Two models built apart, from nothing in common: their variables are disjoint."""
     if one.key == other.key or one.built is None or other.built is None or one.built is other.built:
         return False
+    if (one.model or model) is not (other.model or model):
+        return False  # built in two files: their reads are not comparable
+    model = one.model or model
     reads_one, reads_other = _reads(model, one.built), _reads(model, other.built)
     if _related(reads_one, reads_other):
         return False  # a shared layer, input tensor or sub-model
