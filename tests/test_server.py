@@ -380,6 +380,23 @@ async def test_the_projects_configuration_is_honoured_and_reread_when_saved(clie
     assert "configuration error" in problem.message and "TAP999" in problem.message
 
 
+
+@pytest.mark.asyncio
+async def test_a_configuration_edited_without_file_watching_applies_at_the_next_lint(client, workspace):
+    # issue 27: Neovim 0.7-0.10 neither sends didSave for a pyproject.toml edited elsewhere nor
+    # offers dynamic file watching: the server checks the file's stamp at each lint
+    pyproject = workspace / "pyproject.toml"
+    pyproject.write_text('[tool.tapecheck]\nignore = ["TAP302"]\n')
+    text = LATE_TARGET + REMOVED_API.replace("import tensorflow as tf\n", "")
+    uri = open_file(client, workspace / "edited.py", text)
+    assert [c for c, _ in codes(await published(client, uri, version=1))] == ["TAP101"]
+    pyproject.write_text('[tool.tapecheck]\nselect = ["TAP3"]\n')  # no notification of any kind
+    replace_all(client, uri, text + "\n", 2)
+    assert [c for c, _ in codes(await published(client, uri, version=2))] == ["TAP302"]
+    pyproject.unlink()  # removed: the defaults again
+    replace_all(client, uri, text, 3)
+    assert sorted(c for c, _ in codes(await published(client, uri, version=3))) == ["TAP101", "TAP302"]
+
 MODELS = textwrap.dedent(
     """\
     import keras

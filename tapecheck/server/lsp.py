@@ -125,6 +125,7 @@ class TapecheckServer(LanguageServer):
         self._results: dict[str, Result] = {}
         self._published: dict[str, set[str]] = {}  # document key -> URIs it published diagnostics for
         self._settings = None
+        self._config_stamps: dict[str, tuple | None] = {}  # pyproject.toml path -> (mtime, size), None: absent
         self.shut_down = False
         self.lints = 0  # lints run (for the log)
 
@@ -220,9 +221,32 @@ class TapecheckServer(LanguageServer):
     # -- linting ------------------------------------------------------------------------------
     def lint(self, snapshot: Snapshot) -> Result:
         """Runs on the lint thread."""
+        if self._config_moved(snapshot.path):
+            self._settings = None  # an edited pyproject.toml, seen without file watching (Neovim 0.7-0.10)
         result = lint_snapshot(snapshot, self.settings)
         self.lints += 1
         return result
+
+    def _config_moved(self, path: str) -> bool:
+        """Whether a `pyproject.toml` in the buffer's folder or one above it changed (time, size,
+        made or removed) since the last lint looked: a few `stat`s per lint, no reading."""
+        stamps = self._config_stamps
+        moved = False
+        folder = os.path.dirname(os.path.abspath(path))
+        while True:
+            candidate = os.path.join(folder, "pyproject.toml")
+            try:
+                info = os.stat(candidate)
+                stamp = (info.st_mtime_ns, info.st_size)
+            except OSError:
+                stamp = None
+            if candidate in stamps and stamps[candidate] != stamp:
+                moved = True
+            stamps[candidate] = stamp
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                return moved
+            folder = parent
 
     def schedule(self, key: str) -> None:
         """Lint this buffer soon; a lint of it in progress becomes stale."""
