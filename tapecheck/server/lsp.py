@@ -500,12 +500,47 @@ def create_server() -> TapecheckServer:
     return server
 
 
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The innermost errors of an exception group (cattrs reports each bad field as one)."""
+    inner = getattr(error, "exceptions", None)
+    if not inner:
+        return [error]
+    return [leaf for child in inner for leaf in _leaves(child)]
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    """A log record with an exception becomes one line: a malformed message from the client
+    (pygls answers it with an error response) must not print screens of cattrs' traceback.
+    What was wrong is kept: each bad field's error, on that line."""
+    error = record.exc_info[1] if record.exc_info else None
+    text = record.getMessage()
+    if error is None and "Traceback (most recent call last)" in text:
+        # pygls logs a bad message's traceback as text, from inside its `except`
+        error = sys.exc_info()[1]
+        record.msg, record.args = text.split("\n", 1)[0], ()
+        if error is None:
+            record.msg += ": " + text.rstrip().rsplit("\n", 1)[-1].strip(" |")
+            return True
+    if error is not None:
+        notes = []
+        for leaf in _leaves(error)[:5]:
+            where = " ".join(getattr(leaf, "__notes__", None) or [])
+            notes.append(f"{type(leaf).__name__}: {leaf}" + (f" ({where})" if where else ""))
+        record.msg = f"{record.getMessage()}: {type(error).__name__}: {error}; " + "; ".join(notes)
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
 def serve() -> int:
     """Run over stdio until `exit` (or the client closes the pipe). The exit status is 0
     after a `shutdown` request, else 1, as LSP asks."""
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing printed by accident may corrupt the protocol's stream
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="tapecheck server: %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_one_line)
     server = create_server()
     server.start_io(sys.stdin.buffer, stdout)
     return 0 if server.shut_down else 1
