@@ -397,6 +397,23 @@ async def test_a_configuration_edited_without_file_watching_applies_at_the_next_
     replace_all(client, uri, text, 3)
     assert sorted(c for c, _ in codes(await published(client, uri, version=3))) == ["TAP101", "TAP302"]
 
+
+@pytest.mark.asyncio
+async def test_an_unknown_configuration_key_is_a_diagnostic_on_the_configuration(client, workspace):
+    pyproject = workspace / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\n\n[tool.tapecheck]\nselect = ["TAP1"]\nignores = ["TAP101"]\n')
+    uri = open_file(client, workspace / "keyed.py", LATE_TARGET)
+    [problem] = (await published(client, uri, version=1)).diagnostics  # the buffer says why it is not linted
+    assert "unknown key 'ignores'" in problem.message
+    on_config = await published(client, pyproject.as_uri())
+    [diagnostic] = on_config.diagnostics
+    assert diagnostic.range.start.line == 5 and "unknown key 'ignores'" in diagnostic.message  # `ignores = ...`
+    assert diagnostic.severity == types.DiagnosticSeverity.Error
+    count = len(client.published)
+    pyproject.write_text('[project]\nname = "x"\n\n[tool.tapecheck]\nselect = ["TAP1"]\nignore = ["TAP101"]\n')
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=pyproject.as_uri())))
+    assert (await published(client, pyproject.as_uri(), after=count)).diagnostics == ()  # fixed: cleared
+
 MODELS = textwrap.dedent(
     """\
     import keras

@@ -25,6 +25,7 @@ import asyncio
 import json
 import logging
 import os
+from pathlib import Path
 import sys
 import queue
 import threading
@@ -125,6 +126,7 @@ class TapecheckServer(LanguageServer):
         self._results: dict[str, Result] = {}
         self._published: dict[str, set[str]] = {}  # document key -> URIs it published diagnostics for
         self._settings = None
+        self._config_problems: dict[str, tuple] = {}  # pyproject.toml path -> (line, message) published
         self._config_stamps: dict[str, tuple | None] = {}  # pyproject.toml path -> (mtime, size), None: absent
         self.shut_down = False
         self.lints = 0  # lints run (for the log)
@@ -328,7 +330,27 @@ class TapecheckServer(LanguageServer):
                   "fix": finding.fix.title if item.fix else None},
         )
 
+    def publish_config(self, result: Result) -> None:
+        """A configuration error also as a diagnostic on its pyproject.toml (at the key's line);
+        cleared once a buffer under that file lints without one."""
+        folder = os.path.dirname(os.path.abspath(result.snapshot.path))
+        for path in list(self._config_problems):
+            if (result.config is None or result.config.path != path) and \
+                    (folder + os.sep).startswith(os.path.dirname(path) + os.sep):
+                del self._config_problems[path]
+                self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=Path(path).as_uri(), diagnostics=[]))
+        problem = result.config
+        if problem is None or self._config_problems.get(problem.path) == (problem.line, problem.message):
+            return
+        self._config_problems[problem.path] = (problem.line, problem.message)
+        at = types.Position(line=problem.line - 1, character=0)
+        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=Path(problem.path).as_uri(), diagnostics=[
+            types.Diagnostic(range=types.Range(start=at, end=types.Position(line=problem.line, character=0)),
+                             message=f"tapecheck: {problem.message}", severity=types.DiagnosticSeverity.Error,
+                             source="tapecheck")]))
+
     def publish(self, result: Result) -> None:
+        self.publish_config(result)
         snapshot = result.snapshot
         texts = {cell.uri: cell for cell in snapshot.cells}
         by_uri = result.by_uri()
