@@ -91,6 +91,9 @@ class AlignResult:
     epoch_metrics: list[dict[str, tuple[float, float]]] = field(default_factory=list)  # per epoch: name -> (fit, yours)
     divergence: Divergence | None = None
     uncompared: list[str] = field(default_factory=list)  # epoch metrics only one side reports
+    # the quantity that diverged, over the run, for the plot: (x label, xs, fit's values, yours);
+    # None when it is the loss (the loss curves are drawn anyway)
+    diverged_series: tuple[str, list[int], list[float], list[float]] | None = None
 
     @property
     def aligned(self) -> bool:
@@ -543,7 +546,20 @@ def compare(recorder, your_losses, your_weights, your_reports, names, rtol, weig
         detail = f"fit ran {fit_steps} steps, your loop yielded {your_steps} losses"
         divergences.append(Divergence(step, epoch, "steps", "steps", fit_steps, your_steps, abs(fit_steps - your_steps), math.inf, detail))
 
+    first = divergences[0] if divergences else None
+    series = None
+    if first is not None and first.kind == "variable" and first.name in names:
+        index = names.index(first.name)
+        xs = [step for step in range(1, min(fit_steps, your_steps) + 1)
+              if (step % weights_every == 0 or step == fit_steps)]
+        series = ("step", xs, [float(recorder.weights[x - 1][index][first.element]) for x in xs],
+                  [float(your_weights[x - 1][index][first.element]) for x in xs])
+    elif first is not None and first.kind == "epoch metric":
+        xs = [n for n, epoch in enumerate(epoch_metrics, start=1) if first.name in epoch]
+        series = ("epoch", xs, [float(epoch_metrics[n - 1][first.name][0]) for n in xs],
+                  [float(epoch_metrics[n - 1][first.name][1]) for n in xs])
     return AlignResult(
+        diverged_series=series,
         fit_losses=recorder.losses,
         your_losses=your_losses,
         steps_per_epoch=recorder.steps_per_epoch[0] if recorder.steps_per_epoch else 0,
@@ -565,7 +581,18 @@ def _cumulative(counts):
 
 
 def plot(result: AlignResult, path: str) -> None:
-    """Both loss curves, and their difference per step, into an image file."""
+    """The quantity that diverged first (the loss when it did, or when the loops aligned; else
+    the variable's entry or the epoch metric), both loops' values and their relative difference,
+    captioned with what it is, into an image file."""
+    figure = plot_figure(result)
+    try:
+        figure.savefig(path)
+    except (OSError, ValueError) as exc:
+        raise AlignError(f"{path}: error: cannot write the plot: {exc}") from None
+
+
+def plot_figure(result: AlignResult):
+    """The matplotlib Figure `plot` writes."""
     # matplotlib is optional (the `plot` extra); Figure + Agg canvas leave pyplot's global state alone.
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -576,30 +603,51 @@ def plot(result: AlignResult, path: str) -> None:
     steps = np.arange(1, count + 1)
     fit_losses = np.asarray(result.fit_losses[:count])
     your_losses = np.asarray(result.your_losses[:count])
+    divergence = result.divergence
+    series = result.diverged_series
     figure = Figure(figsize=(8, 6), layout="constrained")
     FigureCanvasAgg(figure)
-    curves, differences = figure.subplots(2, 1, sharex=True)
-    curves.plot(np.arange(1, len(result.fit_losses) + 1), result.fit_losses, label="fit", linewidth=2)
-    curves.plot(np.arange(1, len(result.your_losses) + 1), result.your_losses, label="your loop", linestyle="--")
-    curves.set_ylabel("batch loss")
+    curves, differences = figure.subplots(2, 1, sharex=series is None)
+    verdict = "aligned" if result.aligned else f"diverged at step {divergence.step}"
+    figure.suptitle(f"tapecheck align: {verdict}")
+    if series is None:  # aligned, or the loss (or the number of steps) diverged: the loss curves
+        fit_x, fit_y = np.arange(1, len(result.fit_losses) + 1), result.fit_losses
+        your_x, your_y = np.arange(1, len(result.your_losses) + 1), result.your_losses
+        xs, fit_values, your_values, x_label = steps, fit_losses, your_losses, "step"
+        quantity = "batch loss"
+        caption = "the loss diverged first" if divergence is not None else "every loss and weight within tolerance"
+        if divergence is not None and divergence.kind == "steps":
+            caption = divergence.detail
+    else:  # a weight or an epoch metric diverged first: draw that one, as compared
+        x_label, xs, fit_values, your_values = series
+        fit_x = your_x = xs = np.asarray(xs)
+        fit_y, your_y = fit_values, your_values
+        fit_values, your_values = np.asarray(fit_values), np.asarray(your_values)
+        if divergence.kind == "variable":
+            element = f"[{', '.join(map(str, divergence.element))}]" if divergence.element else ""
+            quantity = f"{divergence.name}{element}"
+            caption = f"variable {quantity} diverged first (its entry that differs most), after each compared step"
+        else:
+            quantity = divergence.name
+            caption = f"the epoch metric {divergence.name!r} diverged first, as each loop reported it"
+    curves.plot(fit_x, fit_y, label="fit", linewidth=2, marker="." if series is not None else None)
+    curves.plot(your_x, your_y, label="your loop", linestyle="--", marker="." if series is not None else None)
+    curves.set_ylabel(quantity)
+    curves.set_title(caption, fontsize="medium")
     curves.legend()
-    verdict = "aligned" if result.aligned else f"diverged at step {result.divergence.step}"
-    curves.set_title(f"tapecheck align: {verdict}")
-    relative = np.abs(fit_losses - your_losses) / np.maximum(np.abs(fit_losses), TINY)
+    relative = np.abs(fit_values - your_values) / np.maximum(np.abs(fit_values), TINY)
     # A log scale cannot show 0; exact agreement sits on the floor, far below the tolerance.
     floor = 1e-12
-    differences.semilogy(steps, np.maximum(relative, floor), marker=".", label=f"|fit - yours| / |fit| (0 drawn at {floor:g})")
+    differences.semilogy(xs, np.maximum(relative, floor), marker=".", label=f"|fit - yours| / |fit| (0 drawn at {floor:g})")
     differences.axhline(result.rtol, color="red", linestyle=":", label=f"tolerance {result.rtol:g}")
-    if result.divergence is not None:
+    if divergence is not None:
+        at = divergence.step if series is None or x_label == "step" else divergence.epoch
         for axes in (curves, differences):
-            axes.axvline(result.divergence.step, color="gray", linestyle="--", linewidth=1)
-    differences.set_xlabel("step")
-    differences.set_ylabel("relative difference")
+            axes.axvline(at, color="gray", linestyle="--", linewidth=1)
+    differences.set_xlabel(x_label)
+    differences.set_ylabel(f"relative difference of {quantity}")
     differences.legend()
-    try:
-        figure.savefig(path)
-    except (OSError, ValueError) as exc:
-        raise AlignError(f"{path}: error: cannot write the plot: {exc}") from None
+    return figure
 
 
 @click.command()
@@ -608,7 +656,7 @@ def plot(result: AlignResult, path: str) -> None:
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Batch size when data() returns arrays (default: BATCH_SIZE, else 32).")
 @click.option("--rtol", type=click.FloatRange(min=0), default=DEFAULT_RTOL, show_default=True, help="Relative tolerance for losses, weights and epoch metrics.")
 @click.option("--every", "weights_every", type=click.IntRange(min=1), default=1, show_default=True, help="Compare the weights every N steps.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write both loss curves and their difference to this image (needs matplotlib).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Draw the quantity that diverged first (the loss curves when none did or the loss did), both loops and their difference, captioned, into this image (needs matplotlib).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for everything random outside the copied initial state.")
 @click.option("--verbose", "-v", is_flag=True, help="Show TensorFlow's start-up log lines (hidden by default).")
 def cli(loop_file, epochs, batch_size, rtol, weights_every, plot_path, seed, verbose):

@@ -4,6 +4,7 @@ SARIF 2.1.0 schema), github annotations, --statistics and --exit-zero."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import pty
 import select
@@ -53,10 +54,10 @@ def run(*args):
 def test_text_is_plain_when_not_a_terminal(tree):
     result = run("lint", ".")
     assert "\x1b[" not in result.output
-    assert "./train.py:7:13: TAP101 " in result.output
-    assert "./train.py:8:11: TAP302 [*] Keras 3 optimizers reject `lr=`" in result.output
+    assert "train.py:7:13: TAP101 " in result.output
+    assert "train.py:8:11: TAP302 [*] Keras 3 optimizers reject `lr=`" in result.output
     assert "[*] 1 fixable with the `--fix` option." in result.output
-    assert "./nb.ipynb:cell 8:4:24: TAP301 `train_loss`" in result.output  # notebooks: no fixes
+    assert "nb.ipynb:cell 8:4:24: TAP301 `train_loss`" in result.output  # notebooks: no fixes
 
 
 def test_unsafe_fixes_are_counted_apart(tree):
@@ -112,7 +113,7 @@ def test_json_follows_its_schema(tree):
     document = json.loads(result.output)
     jsonschema.validate(document, SCHEMA)
     by_code = {(f["path"], f["code"]): f for f in document["findings"]}
-    lr = by_code[("./train.py", "TAP302")]
+    lr = by_code[("train.py", "TAP302")]
     assert (lr["line"], lr["col"], lr["cell"], lr["name"], lr["origin"]) == (8, 11, None, "removed-keras-api", "lint")
     assert lr["fix"] == {
         "title": "Pass `learning_rate=`", "applicability": "safe",
@@ -120,9 +121,9 @@ def test_json_follows_its_schema(tree):
     }
     # what the message says, for tools: the API, and what a Keras 2 project is told instead
     assert lr["details"]["api"] == "lr" and "Keras 2 optimizers" in lr["details"]["keras2"]
-    assert by_code[("./nb.ipynb", "TAP101")]["cell"] == 6
-    assert document["errors"] == [{"path": "./broken.py", "message": document["errors"][0]["message"]}]
-    assert document["unused_suppressions"][0]["path"] == "./quiet.py"
+    assert by_code[("nb.ipynb", "TAP101")]["cell"] == 6
+    assert document["errors"] == [{"path": "broken.py", "message": document["errors"][0]["message"]}]
+    assert document["unused_suppressions"][0]["path"] == "quiet.py"
     assert document["summary"] == {"files_checked": 4, "findings": 4, "fixed": 0, "errors": 1, "unused_suppressions": 1}
 
 
@@ -171,9 +172,11 @@ def test_sarif_schema_catches_a_broken_document(tree):
 def test_github_annotations(tree):
     (tree / "odd, name.py").write_text(BAD.replace("model(x)", "model(x)  # 100%"))
     lines = run("lint", "--output-format", "github", ".").output.splitlines()
-    assert "::error title=tapecheck (TAP302 removed-keras-api),file=./train.py,line=8,col=11::Keras 3 optimizers reject `lr=`: ValueError: Argument(s) not recognized" in lines
-    assert any(line.startswith("::error title=tapecheck (TAP101 target-outside-tape),file=./odd%2C name.py,line=7,col=13::") for line in lines)
-    assert any(line.startswith("::error title=tapecheck error,file=./broken.py::syntax error") for line in lines)
+    # as ruff: no `./`, the end of the flagged word, the hint under the message
+    assert any(line.startswith("::error title=tapecheck (TAP302 removed-keras-api),file=train.py,line=8,col=11,endLine=8,endColumn=34::Keras 3 optimizers reject `lr=`: ValueError: Argument(s) not recognized") and line.endswith("%0Ahelp: Pass `learning_rate=` instead.") for line in lines)
+    assert any(line.startswith("::error title=tapecheck (TAP101 target-outside-tape),file=odd%2C name.py,line=7,col=13,endLine=7,endColumn=26::") for line in lines)
+    # a syntax error: at its line and column, not on the file as a whole
+    assert any(re.match(r"::error title=tapecheck error,file=broken.py,line=\d+,col=\d+,endLine=\d+,endColumn=\d+::syntax error", line) for line in lines)
     notebook = [line for line in lines if "nb.ipynb" in line]
     # at the line of the .ipynb file (tests/test_cli_ruff.py checks where), the cell named in the message
     assert notebook and all("line=" in line.split("::")[1] and "::cell " in line for line in notebook)
@@ -186,7 +189,10 @@ def test_statistics(tree):
         "2  TAP101      target-outside-tape",
         "1  TAP301      metric-never-reset",
         "1  TAP302  [*] removed-keras-api",
+        "[*] 1 fixable with the `--fix` option.",  # ruff's closing lines follow the table
+        "4 findings in 4 files; 1 file could not be linted.",
     ]
+    assert run("lint", "--statistics", "-q", ".").stdout.splitlines() == result.stdout.splitlines()[:3]
     assert result.exit_code == 1
     table = json.loads(run("lint", "--statistics", "--output-format", "json", ".").stdout)
     assert table[0] == {"code": "TAP101", "name": "target-outside-tape", "count": 2, "fixable": 0}

@@ -280,3 +280,33 @@ def test_a_probe_inside_pytest_tapecheck_nests(pytester):
     result.assert_outcomes(passed=1, failed=1)  # the outer probe still fails the test with findings
     result.stdout.fnmatch_lines(["*tapecheck probe findings during this test*", "*test_nested.py:10:9: TAP102*"])
     result.stdout.no_fnmatch_line("*already running*")
+
+
+HIDDEN_FRAMES = """\
+import tensorflow as tf
+
+
+def test_apply_raises():
+    w = tf.Variable([1.0, 2.0])
+    tf.keras.optimizers.SGD(0.1).apply_gradients([(tf.constant([1.0, 2.0, 3.0]), w)])
+
+
+def test_gradient_raises():
+    w = tf.Variable(1.0)
+    with tf.GradientTape() as tape:
+        y = w * w
+    tape.gradient(y, w)
+    tape.gradient(y, w)
+"""
+
+
+def test_pytest_tracebacks_show_no_frame_of_the_probe(pytester):
+    # issue 27: the hooks' wrappers set __tracebackhide__, so the user's traceback goes from
+    # their line straight into TensorFlow
+    pytester.makepyfile(test_hidden=HIDDEN_FRAMES)
+    result = pytester.runpytest_inprocess("--tapecheck", "-p", "no:cacheprovider", "--tb=long")
+    result.assert_outcomes(failed=2)
+    output = result.stdout.str()
+    assert "test_hidden.py:6: " in output and "test_hidden.py:14: " in output
+    assert "InvalidArgumentError" in output and "RuntimeError: A non-persistent GradientTape" in output
+    assert "tapecheck/probe" not in output and "tapecheck\\probe" not in output

@@ -147,7 +147,7 @@ def test_what_is_not_a_probe_report_is_refused(cluster, monkeypatch, tmp_path):
     newer = json.loads(reports[0].read_text(encoding="utf-8"))
     newer["version"] = 2
     (tmp_path / "newer.json").write_text(json.dumps(newer), encoding="utf-8")
-    for name, says in [("notes.txt", "not JSON"), ("lint.json", "not a `tapecheck probe --format json` report"),
+    for name, says in [("notes.txt", "not JSON"), ("lint.json", "not a `tapecheck probe --output-format json` report"),
                        ("newer.json", "report version 2"), ("missing.json", "missing.json")]:
         result = merge([str(reports[0]), name], tmp_path, monkeypatch)
         assert result.exit_code == 2 and says in result.output, (name, result.output)

@@ -380,6 +380,40 @@ async def test_the_projects_configuration_is_honoured_and_reread_when_saved(clie
     assert "configuration error" in problem.message and "TAP999" in problem.message
 
 
+
+@pytest.mark.asyncio
+async def test_a_configuration_edited_without_file_watching_applies_at_the_next_lint(client, workspace):
+    # issue 27: Neovim 0.7-0.10 neither sends didSave for a pyproject.toml edited elsewhere nor
+    # offers dynamic file watching: the server checks the file's stamp at each lint
+    pyproject = workspace / "pyproject.toml"
+    pyproject.write_text('[tool.tapecheck]\nignore = ["TAP302"]\n')
+    text = LATE_TARGET + REMOVED_API.replace("import tensorflow as tf\n", "")
+    uri = open_file(client, workspace / "edited.py", text)
+    assert [c for c, _ in codes(await published(client, uri, version=1))] == ["TAP101"]
+    pyproject.write_text('[tool.tapecheck]\nselect = ["TAP3"]\n')  # no notification of any kind
+    replace_all(client, uri, text + "\n", 2)
+    assert [c for c, _ in codes(await published(client, uri, version=2))] == ["TAP302"]
+    pyproject.unlink()  # removed: the defaults again
+    replace_all(client, uri, text, 3)
+    assert sorted(c for c, _ in codes(await published(client, uri, version=3))) == ["TAP101", "TAP302"]
+
+
+@pytest.mark.asyncio
+async def test_an_unknown_configuration_key_is_a_diagnostic_on_the_configuration(client, workspace):
+    pyproject = workspace / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\n\n[tool.tapecheck]\nselect = ["TAP1"]\nignores = ["TAP101"]\n')
+    uri = open_file(client, workspace / "keyed.py", LATE_TARGET)
+    [problem] = (await published(client, uri, version=1)).diagnostics  # the buffer says why it is not linted
+    assert "unknown key 'ignores'" in problem.message
+    on_config = await published(client, pyproject.as_uri())
+    [diagnostic] = on_config.diagnostics
+    assert diagnostic.range.start.line == 5 and "unknown key 'ignores'" in diagnostic.message  # `ignores = ...`
+    assert diagnostic.severity == types.DiagnosticSeverity.Error
+    count = len(client.published)
+    pyproject.write_text('[project]\nname = "x"\n\n[tool.tapecheck]\nselect = ["TAP1"]\nignore = ["TAP101"]\n')
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=pyproject.as_uri())))
+    assert (await published(client, pyproject.as_uri(), after=count)).diagnostics == ()  # fixed: cleared
+
 MODELS = textwrap.dedent(
     """\
     import keras

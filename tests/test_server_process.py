@@ -124,7 +124,14 @@ def test_invalid_json_and_non_messages_get_parse_errors_and_the_server_goes_on(t
     pipe.send({"jsonrpc": "2.0", "id": 2, "method": "shutdown"})
     assert pipe.response(2)["result"] is None
     pipe.send({"jsonrpc": "2.0", "method": "exit"})
+    assert pipe.process.wait(60) == 0
+    errors = pipe.process.stderr.read().decode(errors="replace").splitlines()
     assert pipe.finish() == 0
+    # issue 27: each malformed message is one line on standard error, naming what was wrong,
+    # not screens of cattrs' traceback
+    assert errors and all(line.startswith("tapecheck server: ") for line in errors), errors
+    assert not any("Traceback" in line for line in errors)
+    assert any("KeyError: 'range'" in line and "CodeActionParams" in line for line in errors)
 
 
 def test_exit_without_shutdown_is_status_1_and_a_closed_pipe_ends_the_server(tmp_path):

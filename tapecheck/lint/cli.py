@@ -55,9 +55,9 @@ FORMAT_CHOICES = ["full", "concise", "json", "sarif", "github", "text"]
 @click.option("--stdin-filename", default=None, help="The file name to report when reading source from `-`.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="Use this pyproject.toml's [tool.tapecheck] for every file (no search).")
-@click.option("--select", default=None, metavar="CODES", help="Comma-separated codes or prefixes to check (replaces the configured select, extend-select and ignore).")
-@click.option("--extend-select", default=None, metavar="CODES", help="Comma-separated codes or prefixes to check on top of the selection.")
-@click.option("--ignore", default=None, metavar="CODES", help="Comma-separated codes or prefixes not to check (added to the configured ignore).")
+@click.option("--select", multiple=True, metavar="CODES", help="Comma-separated codes or prefixes to check (replaces the configured select, extend-select and ignore); repeats add up.")
+@click.option("--extend-select", multiple=True, metavar="CODES", help="Comma-separated codes or prefixes to check on top of the selection; repeats add up.")
+@click.option("--ignore", multiple=True, metavar="CODES", help="Comma-separated codes or prefixes not to check (added to the configured ignore); repeats add up.")
 @click.option("--output-format", type=click.Choice(FORMAT_CHOICES), default="full", show_default=True,
               help="full (code frame and hint; colors on a terminal unless NO_COLOR is set; `text` is its old name), "
                    "concise (one line per finding), json, sarif (2.1.0) or github (workflow annotations).")
@@ -87,6 +87,8 @@ def lint(paths, exit_zero, **options):
 
     _skip_the_last_collections()
     paths = paths or (".",)
+    for name in ("select", "extend_select", "ignore"):  # as ruff: `--select A --select B` is `--select A,B`
+        options[name] = ",".join(options[name]) if options[name] else None
     options = SimpleNamespace(**options)
     if options.add_noqa and (options.fix or options.diff):
         raise click.UsageError("--add-noqa cannot be combined with --fix or --diff")
@@ -132,10 +134,22 @@ class _Printer:
             return
         from tapecheck.lint.output import write_atomically
 
+        import os
+
+        folder = os.path.dirname(self.output_file)
+        try:  # as ruff: the folders the report goes into are made when missing
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            error = click.FileError(self.output_file, hint=f"cannot make the folder {folder!r}: {exc.strerror or exc}")
+            error.exit_code = 2
+            raise error from None
         try:
             write_atomically(self.output_file, "".join(self.parts).encode("utf-8"))
-        except OSError as exc:
-            raise click.FileError(self.output_file, hint=exc.strerror or str(exc)) from None
+        except OSError as exc:  # an input/output error is a usage error: exit 2, never the findings' 1
+            error = click.FileError(self.output_file, hint=exc.strerror or str(exc))
+            error.exit_code = 2
+            raise error from None
 
 
 def _run(paths, options) -> int:
@@ -143,7 +157,7 @@ def _run(paths, options) -> int:
     from tapecheck.lint.config import Overrides, Settings
     from tapecheck.lint.engine import LintError, Report
     from tapecheck.lint.files import discover
-    from tapecheck.lint.output import Outcome, plural, render, sort_key, use_color
+    from tapecheck.lint.output import Outcome, fixable_line, plural, relative_path, render, sort_key, summary_line, use_color
     from tapecheck.lint.output import statistics as statistics_table
     from tapecheck.lint.config import for_keras, keras_version
     from tapecheck.lint.parallel import collecting_keras2_markers, lint_files, lint_stdin
@@ -218,7 +232,7 @@ def _run(paths, options) -> int:
             continue
         if diff:
             if result.changed:
-                diffs.append(result.diff())
+                diffs.append(result.diff(relative_path(path)))
             outcome.findings.extend(found)
             continue
         if path == stdin_name and path in sources:
@@ -254,9 +268,20 @@ def _run(paths, options) -> int:
         if options.statistics:
             for error in outcome.errors:
                 printer.note(error.format())
-            printer.report(statistics_table(outcome, as_json=options.output_format == "json"))
+            as_json = options.output_format == "json"
+            printer.report(statistics_table(outcome, as_json=as_json))
+            if not as_json and not options.quiet:  # ruff's closing lines follow the table
+                closing = fixable_line(outcome)
+                printer.report("".join(line + "\n" for line in (closing, summary_line(outcome)) if line))
         else:
-            color = options.output_format in ("full", "concise", "text") and use_color(printer.is_terminal)
+            text_format = options.output_format in ("full", "concise", "text")
+            if not linted and not outcome.errors:
+                # as ruff: nothing to lint is a warning on standard error, not "0 findings in 0 files"
+                # (json, sarif and github still write their empty report, for the tools that read it)
+                click.echo("warning: No Python files found under the given path(s)", err=True)
+                if text_format:
+                    return 0
+            color = text_format and use_color(printer.is_terminal)
             printer.report(render(outcome, options.output_format, color, quiet=options.quiet,
                                   show_fixes=options.show_fixes), color=color)
     finally:
@@ -291,8 +316,8 @@ def _add_noqa(findings, outcome, printer, quiet: bool) -> int:
     added = 0
     errors = list(outcome.errors)
     for path, found in sorted(by_path.items()):
-        if path.endswith(".ipynb"):
-            errors.append(FileError(path, "--add-noqa leaves notebooks alone; add the comments in the cells"))
+        if path.endswith(".ipynb"):  # a note, not an error: the run did what it can (exit 0, as ruff)
+            printer.note(f"{path}: warning: --add-noqa leaves notebooks alone; add the comments in the cells")
             continue
         try:
             count, skipped = add_noqa(path, found)

@@ -78,6 +78,16 @@ def _repo_folders(root: str) -> list[str]:
     return folders[:-1] if folders and folders[-1] == os.path.abspath(root) else folders
 
 
+def tidy(path: str) -> str:
+    """The path as ruff prints it: without the `./` that walking `.` puts in front
+    (`./train.py` is `train.py`). Only leading `./` parts go, so a symlink's `..` keeps
+    its meaning; `.` itself stays `.`."""
+    sep = os.sep + (os.altsep or "")
+    while path.startswith(".") and len(path) > 2 and path[1] in sep:
+        path = path[2:].lstrip(sep) or "."
+    return path
+
+
 def _default_excluded(path: str, is_dir: bool) -> bool:
     return is_dir and os.path.basename(path) in SKIP_DIRS
 
@@ -105,12 +115,12 @@ def discover(
                 if _special(path):
                     errors.append(FileError(path, "not a regular file (a FIFO, socket or device), skipped"))
                 else:
-                    files.setdefault(path)
+                    files.setdefault(tidy(path))
         elif os.path.exists(given) or os.path.islink(given):
             if _special(given):
                 errors.append(FileError(given, "not a regular file (a FIFO, socket or device), skipped"))
             else:
-                files.setdefault(given)
+                files.setdefault(tidy(given))
         else:
             errors.append(FileError(given, "no such file or directory"))
     return sorted(files), list(dict.fromkeys(errors))

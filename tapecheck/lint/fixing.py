@@ -30,14 +30,16 @@ class FixOutcome:
     def changed(self) -> bool:
         return self.fixed != self.original
 
-    def diff(self) -> str:
+    def diff(self, name: str | None = None) -> str:
+        """A unified diff with `a/NAME` and `b/NAME` headers (NAME: the path by default), as
+        `git diff` writes them, so `git apply` takes it."""
         import difflib
 
         before = SourceText.from_bytes(self.original)
         after = SourceText.from_bytes(self.fixed)
         lines = difflib.unified_diff(
             before.text.splitlines(keepends=True), after.text.splitlines(keepends=True),
-            fromfile=f"a/{self.path}", tofile=f"b/{self.path}",
+            fromfile=f"a/{name or self.path}", tofile=f"b/{name or self.path}",
         )
         return "".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines)
 

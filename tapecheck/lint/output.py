@@ -54,6 +54,20 @@ def use_color(stream_is_tty: bool) -> bool:
     return stream_is_tty and not os.environ.get("NO_COLOR")
 
 
+def relative_path(path: str) -> str:
+    """The path from the working folder, with `/` (what GitHub's annotations and `git apply`
+    read) when the file lies under it; otherwise the path as given."""
+    if not os.path.isabs(path):
+        return path.replace(os.sep, "/")
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    if relative == os.curdir or relative.split(os.sep, 1)[0] == os.pardir:
+        return path
+    return relative.replace(os.sep, "/")
+
+
 # -- text -------------------------------------------------------------------------
 CONTEXT_LINES = 2  # lines of source shown above and below a finding's line, as ruff shows
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the line ends Python's tokenizer knows (not form feeds)
@@ -172,7 +186,10 @@ def summary_line(outcome: "Outcome") -> str:
 
 
 def _fix_preview(finding: Finding, lines: list[str], style) -> list[str]:
-    """`--show-fixes`: what the fix would change, as removed and added lines."""
+    """`--show-fixes`: what the fix would change, as ruff shows it: only the changed lines, with
+    up to CONTEXT_LINES unchanged lines around each change, numbered before and after."""
+    import difflib
+
     from tapecheck.lint.fixes import apply_edits
 
     fix = finding.fix
@@ -182,15 +199,32 @@ def _fix_preview(finding: Finding, lines: list[str], style) -> list[str]:
     last = max(e.end_line for e in fix.edits)
     if not lines or last > len(lines):
         return out
-    before = lines[first - 1:last]
-    shifted = [type(e)(e.line - first + 1, e.col, e.end_line - first + 1, e.end_col, e.text) for e in fix.edits]
+    start = max(first - CONTEXT_LINES, 1)  # the window: the edited lines and their context
+    before = lines[start - 1:min(last + CONTEXT_LINES, len(lines))]
+    shifted = [type(e)(e.line - start + 1, e.col, e.end_line - start + 1, e.end_col, e.text) for e in fix.edits]
     try:
         after = apply_edits("".join(text + "\n" for text in before), shifted)
     except ValueError:
         return out
     after = after[:-1].split("\n") if after.endswith("\n") else after.split("\n")
-    out += [style(f"  - {_display(text)}".rstrip(), fg="red") for text in before]
-    out += [style(f"  + {_display(text)}".rstrip(), fg="green") for text in after]
+    groups = difflib.SequenceMatcher(None, before, after, autojunk=False).get_grouped_opcodes(CONTEXT_LINES)
+    width = len(str(start + max(len(before), len(after))))
+    bar = style("|", fg="blue", bold=True)
+
+    def row(old: int | None, new: int | None, sign: str, text: str, color: str | None) -> str:
+        numbers = f"{'' if old is None else old + start:>{width}} {'' if new is None else new + start:>{width}}"
+        body = f"{sign}{_display(text)}".rstrip()
+        return f"  {style(numbers, fg='blue', bold=True)} {bar}{style(body, fg=color) if color else body}".rstrip()
+
+    for number, group in enumerate(groups):
+        if number:
+            out.append(f"  {' ' * width} {' ' * width} {bar} ...")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out += [row(i, j, " ", before[i], None) for i, j in zip(range(i1, i2), range(j1, j2))]
+                continue
+            out += [row(i, None, "-", before[i], "red") for i in range(i1, i2)]
+            out += [row(None, j, "+", after[j], "green") for j in range(j1, j2)]
     return out
 
 
@@ -423,29 +457,69 @@ def _escape_property(value: str) -> str:
     return _escape_data(value).replace(":", "%3A").replace(",", "%2C")
 
 
-def _annotation(kind: str, path: str, message: str, title: str, line: int | None = None, col: int | None = None) -> str:
-    props = [f"title={_escape_property(title)}", f"file={_escape_property(path)}"]
+def _annotation(kind: str, path: str, message: str, title: str, line: int | None = None, col: int | None = None,
+                end: tuple[int, int] | None = None) -> str:
+    props = [f"title={_escape_property(title)}", f"file={_escape_property(relative_path(path))}"]
     if line is not None:
         props += [f"line={line}", f"col={col}"]
+        if end is not None:
+            props += [f"endLine={end[0]}", f"endColumn={end[1]}"]
     return f"::{kind} {','.join(props)}::{_escape_data(message)}"
 
 
+_ERROR_AT = re.compile(r"(?:at |)(?:cell (\d+), )?line (\d+)(?:, column (\d+))?")
+
+
+def _word_end(source: SourceLines, path: str, cell: int | None, line: int, col: int) -> tuple[int, int]:
+    """(line, column) in the cell or file just after the word at (line, col), ruff's end column
+    (exclusive); the column after `col` when the line is not known."""
+    lines = source.lines(path, cell)
+    if 1 <= line <= len(lines):
+        word = _WORD.match(lines[line - 1], max(col - 1, 0))
+        if word:
+            return line, col + len(word.group(0))
+    return line, col + 1
+
+
 def to_github(outcome: Outcome) -> str:
-    """GitHub Actions workflow commands: one annotation per finding, error and unused suppression."""
-    lines = [_annotation("error", e.path, e.message, "tapecheck error") for e in outcome.errors]
+    """GitHub Actions workflow commands, as ruff writes them: one annotation per finding, error
+    and unused suppression, at the file's line and column with the end of the flagged word,
+    and the hint under the message. A file that could not be linted is annotated at the line
+    its error names (a syntax error), on the file otherwise."""
     positions = FilePositions(outcome.sources)
+    source = SourceLines(outcome.sources)
+
+    def place(path: str, cell: int | None, line: int, col: int):
+        start = positions.locate(path, cell, line, col)
+        if start is None:
+            return None, None, None
+        end_line, end_col = _word_end(source, path, cell, line, col)
+        end = positions.locate(path, cell, end_line, end_col - 1) if cell is not None else (end_line, end_col - 1)
+        return start[0], start[1], (end[0], end[1] + 1) if end is not None else None
+
+    lines = []
+    for e in outcome.errors:
+        at = _ERROR_AT.search(e.message) if "syntax error" in e.message else None
+        line = col = end = None
+        if at is not None:
+            cell = int(at.group(1)) if at.group(1) else None
+            if cell is None or e.path.endswith(".ipynb"):
+                line, col, end = place(e.path, cell, int(at.group(2)), int(at.group(3) or 1))
+        lines.append(_annotation("error", e.path, e.message, "tapecheck error", line, col, end))
     for f in outcome.findings:
         title = f"tapecheck ({f.code} {rule_name(f.code)})"
         # a notebook finding: at its line of the .ipynb file, the cell named in the message
         message = f.message if f.cell is None else f"cell {f.cell}, line {f.line}: {f.message}"
-        line, col = positions.locate(f.path, f.cell, f.line, f.col) or (None, None)
-        lines.append(_annotation("error", f.path, message, title, line, col))
+        if f.hint:
+            message += f"\nhelp: {f.hint}"
+        line, col, end = place(f.path, f.cell, f.line, f.col)
+        lines.append(_annotation("error", f.path, message, title, line, col, end))
     for u in outcome.unused:
         message = u.format().split(": ", 1)[1]
         if u.cell is not None:
             message = f"cell {u.cell}, line {u.line}: {message}"
-        line, col = positions.locate(u.path, u.cell, u.line, u.col) or (None, None)
-        lines.append(_annotation("warning", u.path, message, "tapecheck (unused suppression)", line, col))
+        line, col, end = place(u.path, u.cell, u.line, u.col)
+        lines.append(_annotation("warning", u.path, message, "tapecheck (unused suppression)", line, col, end))
     return "".join(line + "\n" for line in lines)
 
 

@@ -15,29 +15,53 @@ import traceback
 import click
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+class _ProbeCommand(click.Command):
+    """Options before the program are the probe's (unknown ones are click's usage errors, with
+    a suggestion); everything after the script, or after `-m MODULE`, is the program's own."""
+
+    def parse_args(self, ctx, args):
+        valued = {name for param in self.params if isinstance(param, click.Option) and not param.is_flag
+                  for name in param.opts}
+        args = list(args)
+        index = 0
+        while index < len(args):
+            arg = args[index]
+            if arg == "--" or not arg.startswith("-") or arg == "-":
+                break
+            if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
+                split = index + (2 if arg == "-m" else 1)
+                if split <= len(args):  # as `python -m MODULE ARGS`: the rest is the module's
+                    args.insert(split, "--")
+                break
+            index += 2 if arg in valued else 1
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_ProbeCommand, context_settings={"allow_interspersed_args": False})
 @click.option("-m", "module", default=None, metavar="MODULE", help="Run a module as `python -m MODULE` does.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Report format.")
-@click.option("--output", "output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the report to this file instead of standard error.")
+@click.option("--output-format", "--format", "fmt", type=click.Choice(["text", "full", "json"]), default="text",
+              show_default=True, help="Report format (`full` is `text`, lint's spelling; --format is the old name).")
+@click.option("--output-file", "-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to this file (its folders made when missing) instead of standard error.")
 @click.option("--fail-on-findings", is_flag=True, help="Exit with status 1 when there are findings (if the program itself succeeded).")
 @click.option("--merge", "merge", is_flag=True,
               help="Merge the JSON reports given (one per MultiWorker worker) into one report; runs nothing.")
+@click.option("--verbose", "-v", is_flag=True, help="Show TensorFlow's start-up log lines (hidden by default).")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
-def probe(module, fmt, output, fail_on_findings, merge, program):
+def probe(module, fmt, output, fail_on_findings, merge, verbose, program):
     """Run a training program under the runtime probe and report why gradients were None.
 
     \b
     tapecheck probe train.py --epochs 3
     tapecheck probe -m mypackage.train --epochs 3
-    tapecheck probe --format json --output probe.json train.py
+    tapecheck probe --output-format json -o probe.json train.py
     tapecheck probe notebook.ipynb              # its code cells, in order
     tapecheck probe --merge worker0.json worker1.json   # one report of a cluster
 
-    The report goes to standard error (or --output); the program keeps stdout.
+    The report goes to standard error (or -o); the program keeps stdout.
     Inside @tf.function (and fit) the checks run while the function is traced.
     """
+    fmt = "text" if fmt == "full" else fmt
     if merge:
         _merge(module, fmt, output, fail_on_findings, program)
         return
@@ -65,6 +89,23 @@ def probe(module, fmt, output, fail_on_findings, merge, program):
         except (NotebookError, OSError) as exc:
             raise click.BadParameter(f"{script}: {exc}", param_hint="SCRIPT") from None
 
+    # A syntax error shows before TensorFlow is imported (seconds): as Python shows it, no report.
+    code_error = _syntax_error(script, module, notebook)
+    if code_error is not None:
+        shown = "".join(traceback.format_exception_only(type(code_error), code_error))
+        if notebook is not None:
+            shown = _in_cells(shown, {os.path.abspath(script): notebook})
+        sys.stderr.write(shown)
+        sys.exit(1)
+
+    from tapecheck._quiet import import_tensorflow, show_held
+
+    try:
+        import_tensorflow(verbose)  # its start-up lines (absl, oneDNN, cpu_feature_guard) held back
+    except ImportError:
+        pass  # reported below, by the probe's own start
+    if verbose:
+        show_held()
     from tapecheck.probe.session import Probe
 
     session = Probe()
@@ -106,8 +147,7 @@ def probe(module, fmt, output, fail_on_findings, merge, program):
     findings = session.findings
     text = session.report(fmt)
     if output:
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        _write_report(output, text)
     else:
         sys.stderr.write(text)
     if error is not None:
@@ -132,11 +172,61 @@ def _merge(module, fmt, output, fail_on_findings, reports):
         raise click.BadParameter(str(exc), param_hint="REPORT") from None
     text = render(findings, fmt, merged=merged)
     if output:
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        _write_report(output, text)
     else:
         sys.stdout.write(text)  # nothing else runs: the merged report is the command's output
     sys.exit(1 if fail_on_findings and findings else 0)
+
+
+def _write_report(output: str, text: str) -> None:
+    """The report to `-o`: its folders made when missing, the file replaced at once (a failed
+    write leaves the old one); a file that cannot be written is a usage error (exit 2)."""
+    from tapecheck.lint.atomic import replace_file
+
+    try:
+        folder = os.path.dirname(output)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        replace_file(output, text.encode("utf-8"))
+    except OSError as exc:
+        error = click.FileError(output, hint=exc.strerror or str(exc))
+        error.exit_code = 2
+        raise error from None
+
+
+def _syntax_error(script, module, notebook) -> SyntaxError | None:
+    """The program's syntax error, found by compiling it (nothing runs, nothing is imported)."""
+    if notebook is not None:
+        source, name = notebook.source, os.path.abspath(script)
+    else:
+        if script is None:
+            import importlib.util
+
+            sys.path.insert(0, os.getcwd())
+            try:
+                spec = importlib.util.find_spec(module)
+            except (ImportError, ValueError):
+                spec = None
+            finally:
+                sys.path.pop(0)
+            script = getattr(spec, "origin", None) if spec is not None else None
+            if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
+                script = os.path.join(spec.submodule_search_locations[0], "__main__.py")
+            if not script or not script.endswith(".py") or not os.path.isfile(script):
+                return None
+        name = os.path.abspath(script)
+        try:
+            with open(script, "rb") as handle:
+                source = handle.read()
+        except OSError:
+            return None  # running it reports the problem, as Python would
+    try:
+        compile(source, name, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return exc
+    except ValueError:  # NUL bytes: Python reports them when it runs the file
+        return None
+    return None
 
 
 def _exit_status(code) -> int:
@@ -171,4 +261,22 @@ def _print_traceback(error):
         frame for frame in report.stack
         if not frame.filename.startswith(here) and "runpy" not in frame.filename
     ])
-    sys.stderr.write("".join(report.format()))
+    sys.stderr.write(_in_cells("".join(report.format())))
+
+
+def _in_cells(text: str, programs: dict | None = None) -> str:
+    """A traceback's lines of a notebook that ran (or of `programs`: path -> NotebookProgram), at
+    `cell N, line M` instead of the line of the joined program."""
+    import re
+
+    if programs is None:
+        from tapecheck.probe import notebook as notebooks
+
+        programs = dict(notebooks._programs)
+    for path, program in programs.items():
+        def place(match, program=program):
+            cell, line = program.cell_line(int(match.group(2)))
+            return f"{match.group(1)}, cell {cell}, line {line}"
+
+        text = re.sub(r'(File "' + re.escape(path) + r'"), line (\d+)', place, text)
+    return text

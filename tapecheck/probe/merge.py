@@ -33,7 +33,11 @@ def load(path: str) -> dict:
         raise MergeError(f"{path}: not a tapecheck probe report (no `findings` list)")
     tool = document.get("tool") or {}
     if tool.get("name") != "tapecheck" or tool.get("command") != "probe":
-        raise MergeError(f"{path}: not a `tapecheck probe --format json` report (tool {tool.get('command')!r})")
+        if tool.get("name") == "tapecheck":  # lint's JSON report names no command
+            what = f"a `tapecheck {tool.get('command') or 'lint'}` report"
+        else:
+            what = f"written by {tool.get('name')!r}" if tool.get("name") else "written by no named tool"
+        raise MergeError(f"{path}: {what}, not a `tapecheck probe --output-format json` report")
     version = document.get("version")
     if not isinstance(version, int) or version > JSON_VERSION:
         raise MergeError(f"{path}: report version {version!r}; this tapecheck reads version {JSON_VERSION} and older")

@@ -76,6 +76,7 @@ class OptimizerHooks:
         hooks = self
 
         def apply(self, grads, trainable_variables=None, *args, **kwargs):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             if hooks.updates is not None and not getattr(hooks.local, "busy", False):
                 hooks.updates.count += 1
             variables, touched = None, ()

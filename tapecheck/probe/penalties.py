@@ -75,6 +75,7 @@ class PenaltyHooks:
         hooks = self
 
         def losses(self):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             hooks._note("losses_read", self)
             return fget(self)
 
@@ -89,6 +90,7 @@ class PenaltyHooks:
         hooks = self
 
         def add_loss(self, *args, **kwargs):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             hooks._note("penalties", self)
             return original(self, *args, **kwargs)
 

@@ -86,6 +86,7 @@ class StateHooks:
 
         def make(original):
             def __init__(self, *args, **kwargs):
+                __tracebackhide__ = True  # pytest: the probe's frame is not the user's
                 original(self, *args, **kwargs)
                 if hooks.active and tf.executing_eagerly():
                     try:
@@ -101,6 +102,7 @@ class StateHooks:
         hooks = self
 
         def __next__(self):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             element = original(self)  # the end of an epoch raises StopIteration: not a batch
             if hooks.active:
                 hooks.batches += 1  # eager only: a traced `next` runs this once, while tracing
@@ -112,6 +114,7 @@ class StateHooks:
         hooks = self
 
         def __call__(cls, *args, **kwargs):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             try:
                 variable = original(cls, *args, **kwargs)
             except ValueError as exc:

@@ -184,6 +184,7 @@ class TapeHooks:
         hooks = self
 
         def __init__(self, persistent=False, watch_accessed_variables=True, *args, **kwargs):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             original(self, persistent, watch_accessed_variables, *args, **kwargs)
             if not hooks.active:
                 return
@@ -202,6 +203,7 @@ class TapeHooks:
         hooks = self
 
         def __enter__(self):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             result = original(self)
             info = hooks.infos.get(id(self)) if hooks.active else None
             if info is not None:
@@ -218,6 +220,7 @@ class TapeHooks:
         hooks = self
 
         def __exit__(self, typ, value, traceback):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             info = hooks.infos.get(id(self)) if hooks.active else None
             if info is not None:
                 info.exit_uid = ops.uid()
@@ -235,6 +238,7 @@ class TapeHooks:
         hooks = self
 
         def watch(self, tensor):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             result = original(self, tensor)
             info = hooks.infos.get(id(self)) if hooks.active else None
             if info is not None and info.user:
@@ -252,6 +256,7 @@ class TapeHooks:
 
         def make(original):
             def call(self, target, sources, *args, **kwargs):
+                __tracebackhide__ = True  # pytest: the probe's frame is not the user's
                 info = hooks.infos.get(id(self)) if hooks.active and not hooks._busy() else None
                 if info is not None and info.fit and kind == "gradient":
                     result = original(self, target, sources, *args, **kwargs)

@@ -53,6 +53,7 @@ class TrainingFlagHooks:
         hooks = self
 
         def call(self, *args, **kwargs):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             if hooks.active and not getattr(hooks.local, "busy", False):
                 hooks.local.busy = True
                 try:

@@ -113,11 +113,41 @@ class Problem:
     message: str
 
 
+class ConfigProblem:
+    """A configuration error placed in the `pyproject.toml` it comes from, at the line of the
+    key it names (the `[tool.tapecheck]` header when none): where the user fixes it."""
+
+    def __init__(self, path: str, line: int, message: str):
+        self.path, self.line, self.message = path, line, message
+
+    @classmethod
+    def from_error(cls, message: str) -> "ConfigProblem | None":
+        import re
+
+        head, _, rest = message.partition(": ")
+        if not rest or os.path.basename(head) != "pyproject.toml" or not os.path.isfile(head):
+            return None
+        try:
+            with open(head, encoding="utf-8", errors="replace") as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            return None
+        key = re.search(r"unknown key '([^']+)'", rest) or re.match(r"\[tool\.tapecheck[^\]]*\] ([\w.-]+)", rest)
+        header = next((n for n, text in enumerate(lines, 1) if text.strip().startswith("[tool.tapecheck")), 1)
+        line = header
+        if key:
+            name = key.group(1).split(".")[0]
+            pattern = re.compile(r"\s*[\"']?" + re.escape(name) + r"[\"']?\s*=")
+            line = next((n for n, text in enumerate(lines, 1) if n >= header and pattern.match(text)), header)
+        return cls(head, line, rest)
+
+
 @dataclass
 class Result:
     snapshot: Snapshot
     located: list[Located] = field(default_factory=list)
     problem: Problem | None = None
+    config: ConfigProblem | None = None  # the same configuration error, placed in its pyproject.toml
 
     def by_uri(self) -> dict[str, list[Located]]:
         found: dict[str, list[Located]] = {cell.uri: [] for cell in self.snapshot.cells if cell.code}
@@ -191,6 +221,7 @@ def lint_snapshot(snapshot: Snapshot, settings) -> Result:
         enabled = settings.for_path(snapshot.path).enabled
     except ConfigError as exc:
         result.problem = Problem(first, 1, 1, f"tapecheck: configuration error: {exc}")
+        result.config = ConfigProblem.from_error(str(exc))
         return result
     from tapecheck.lint.engine import MAX_FILE_BYTES
 

@@ -25,6 +25,7 @@ import asyncio
 import json
 import logging
 import os
+from pathlib import Path
 import sys
 import queue
 import threading
@@ -125,6 +126,8 @@ class TapecheckServer(LanguageServer):
         self._results: dict[str, Result] = {}
         self._published: dict[str, set[str]] = {}  # document key -> URIs it published diagnostics for
         self._settings = None
+        self._config_problems: dict[str, tuple] = {}  # pyproject.toml path -> (line, message) published
+        self._config_stamps: dict[str, tuple | None] = {}  # pyproject.toml path -> (mtime, size), None: absent
         self.shut_down = False
         self.lints = 0  # lints run (for the log)
 
@@ -220,9 +223,32 @@ class TapecheckServer(LanguageServer):
     # -- linting ------------------------------------------------------------------------------
     def lint(self, snapshot: Snapshot) -> Result:
         """Runs on the lint thread."""
+        if self._config_moved(snapshot.path):
+            self._settings = None  # an edited pyproject.toml, seen without file watching (Neovim 0.7-0.10)
         result = lint_snapshot(snapshot, self.settings)
         self.lints += 1
         return result
+
+    def _config_moved(self, path: str) -> bool:
+        """Whether a `pyproject.toml` in the buffer's folder or one above it changed (time, size,
+        made or removed) since the last lint looked: a few `stat`s per lint, no reading."""
+        stamps = self._config_stamps
+        moved = False
+        folder = os.path.dirname(os.path.abspath(path))
+        while True:
+            candidate = os.path.join(folder, "pyproject.toml")
+            try:
+                info = os.stat(candidate)
+                stamp = (info.st_mtime_ns, info.st_size)
+            except OSError:
+                stamp = None
+            if candidate in stamps and stamps[candidate] != stamp:
+                moved = True
+            stamps[candidate] = stamp
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                return moved
+            folder = parent
 
     def schedule(self, key: str) -> None:
         """Lint this buffer soon; a lint of it in progress becomes stale."""
@@ -304,7 +330,27 @@ class TapecheckServer(LanguageServer):
                   "fix": finding.fix.title if item.fix else None},
         )
 
+    def publish_config(self, result: Result) -> None:
+        """A configuration error also as a diagnostic on its pyproject.toml (at the key's line);
+        cleared once a buffer under that file lints without one."""
+        folder = os.path.dirname(os.path.abspath(result.snapshot.path))
+        for path in list(self._config_problems):
+            if (result.config is None or result.config.path != path) and \
+                    (folder + os.sep).startswith(os.path.dirname(path) + os.sep):
+                del self._config_problems[path]
+                self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=Path(path).as_uri(), diagnostics=[]))
+        problem = result.config
+        if problem is None or self._config_problems.get(problem.path) == (problem.line, problem.message):
+            return
+        self._config_problems[problem.path] = (problem.line, problem.message)
+        at = types.Position(line=problem.line - 1, character=0)
+        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=Path(problem.path).as_uri(), diagnostics=[
+            types.Diagnostic(range=types.Range(start=at, end=types.Position(line=problem.line, character=0)),
+                             message=f"tapecheck: {problem.message}", severity=types.DiagnosticSeverity.Error,
+                             source="tapecheck")]))
+
     def publish(self, result: Result) -> None:
+        self.publish_config(result)
         snapshot = result.snapshot
         texts = {cell.uri: cell for cell in snapshot.cells}
         by_uri = result.by_uri()
@@ -476,12 +522,47 @@ def create_server() -> TapecheckServer:
     return server
 
 
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The innermost errors of an exception group (cattrs reports each bad field as one)."""
+    inner = getattr(error, "exceptions", None)
+    if not inner:
+        return [error]
+    return [leaf for child in inner for leaf in _leaves(child)]
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    """A log record with an exception becomes one line: a malformed message from the client
+    (pygls answers it with an error response) must not print screens of cattrs' traceback.
+    What was wrong is kept: each bad field's error, on that line."""
+    error = record.exc_info[1] if record.exc_info else None
+    text = record.getMessage()
+    if error is None and "Traceback (most recent call last)" in text:
+        # pygls logs a bad message's traceback as text, from inside its `except`
+        error = sys.exc_info()[1]
+        record.msg, record.args = text.split("\n", 1)[0], ()
+        if error is None:
+            record.msg += ": " + text.rstrip().rsplit("\n", 1)[-1].strip(" |")
+            return True
+    if error is not None:
+        notes = []
+        for leaf in _leaves(error)[:5]:
+            where = " ".join(getattr(leaf, "__notes__", None) or [])
+            notes.append(f"{type(leaf).__name__}: {leaf}" + (f" ({where})" if where else ""))
+        record.msg = f"{record.getMessage()}: {type(error).__name__}: {error}; " + "; ".join(notes)
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
 def serve() -> int:
     """Run over stdio until `exit` (or the client closes the pipe). The exit status is 0
     after a `shutdown` request, else 1, as LSP asks."""
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing printed by accident may corrupt the protocol's stream
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="tapecheck server: %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_one_line)
     server = create_server()
     server.start_io(sys.stdin.buffer, stdout)
     return 0 if server.shut_down else 1
