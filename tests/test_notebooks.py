@@ -40,7 +40,7 @@ def test_findings_name_the_cell_and_the_line_in_it():
     lines = result.output.splitlines()
     # cell 6 is the 4th code cell: markdown cells count, as the notebook shows them
     assert lines[0].startswith(f"{NOTEBOOK}:cell 6:6:13: TAP101 `loss` is computed at line 5, after the `with` block")
-    assert lines[1].startswith(f"{NOTEBOOK}:cell 8:4:24: TAP301 `train_loss` is read every epoch")
+    assert lines[1].startswith(f"{NOTEBOOK}:cell 8:4:24: TAP301 `train_loss` (made at cell 5, line 4) is read every epoch")
     assert lines[-1] == "2 findings in 1 file."
 
 

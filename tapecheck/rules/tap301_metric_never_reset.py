@@ -230,9 +230,10 @@ def check(facts):
         where = "here" if through is None else f"here, in `{through.helper}`, called in a loop at line {through.line}"
         reset = (f"is reset only once, at line {once[0].site.line}, before the epoch loop"
                  if once else "is never reset")
+        made = f" (made at line {bindings[0].site.line})" if len(bindings) == 1 and bindings[0].site.line != finding.site.line else ""
         yield report(
             facts, finding.site, CODE,
-            f"`{name}` is read every epoch {where}, but {reset}: each result includes all earlier epochs",
+            f"`{name}`{made} is read every epoch {where}, but {reset}: each result includes all earlier epochs",
             f"Call `{name}.reset_state()` at the start of each epoch.",
         )
 
