@@ -132,6 +132,19 @@ class Denoiser(tf.keras.Model):
 ]
 
 INVALID = [
+    # mixed precision: the losses scaled after the tape closed, in a dict
+    """
+import tensorflow as tf
+def step(model, opt, x, y, loss_fn, mixed_precision):
+    with tf.GradientTape() as tape:
+        losses = {"loss": loss_fn(y, model(x, training=True))}
+    if mixed_precision:
+        losses = {k: opt.get_scaled_loss(v) for k, v in losses.items()}
+        grads = opt.get_unscaled_gradients(tape.gradient(losses["loss"], model.trainable_variables))  # expect: TAP101
+    else:
+        grads = tape.gradient(losses["loss"], model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # a `train_step` override: the prediction before the tape, Keras's `compute_loss` inside
     """
 import tensorflow as tf
@@ -379,17 +392,47 @@ def _caller_passing_the_model(model, fn, param, owners, scope):
     return None
 
 
+def _exclusive(facts, one, other) -> bool:
+    """Whether two sites sit in the two branches of one `if`/`else`: neither runs after the other."""
+    first, second = sorted((one, other), key=lambda site: site.order)
+    chain_first, chain_second = facts.chain(first.block), facts.chain(second.block)
+    for block_id in chain_first:
+        block = facts.blocks[block_id]
+        if block.kind != "if":
+            continue
+        siblings = [b for b in facts.blocks[block_id + 1:] if b.parent == block.parent]
+        branch = siblings[0] if siblings else None
+        if branch is not None and branch.kind == "else" and branch.line >= block.end_line \
+                and branch.id in chain_second and block_id not in chain_second:
+            return True
+    return False
+
+
+def _computed_by_comprehension(model, assign) -> bool:
+    """`scaled = {k: opt.get_scaled_loss(v) for k, v in losses.items()}`: a comprehension whose
+    elements are computed by a call (not only picked from a container)."""
+    value = assign.value
+    if value is None or value.kind != "other" or not model.comprehensions_in(assign.span):
+        return False
+    return any(c.method not in CONTAINER_METHODS | {"items", "keys", "values"} and c.func.text not in ("zip", "enumerate", "range")
+               for c in model.spans.calls_in(assign.span) if c.site.in_comprehension)
+
+
 def _target_outside(facts):
+    model = model_of(facts)
     for call, tape in facts.gradient_calls():
         target = call.arg(0, "target")
         block_line = facts.blocks[tape.with_blocks[0]].line if tape.with_blocks else tape.site.line
         label = tape.name or "the tape"
         for element in flatten(target):
-            if element.kind == "name":
+            if element.kind == "name" or (element.kind == "subscript" and element.text and "." not in element.text):
+                # `loss`, or `losses["total"]` of a dict rebuilt after the tape
                 reaching = facts.reaching_assigns(element.text, call.site)
                 outside = [
                     a for a in reaching
-                    if not facts.records(tape, a.site) and a.kind in ("assign", "augassign") and _computes(a.value)
+                    if not facts.records(tape, a.site) and a.kind in ("assign", "augassign")
+                    and (_computes(a.value) or _computed_by_comprehension(model, a))
+                    and not _exclusive(facts, a.site, call.site)
                 ]
                 # a value changed after the tape started is never recorded, even if only on one branch;
                 # one made before the tape matters only when no binding inside it may hold
