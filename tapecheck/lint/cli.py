@@ -73,6 +73,8 @@ FORMAT_CHOICES = ["full", "concise", "json", "sarif", "github", "text"]
 @click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` to every line with a finding (Python files, in place).")
 @click.option("--report-unused-suppressions", is_flag=True, help="Report `# noqa: TAP...` / `# tapecheck: ignore[...]` comments that hide nothing.")
 @click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named on the command line too (for pre-commit).")
+@click.option("--file-time-budget", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Stop analysing a file after this many seconds and report it (default 30; 0: no limit; config: file-time-budget).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write .tapecheck_cache (results of unchanged files).")
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=0, metavar="N",
               help="Processes to lint with; 0 (default) picks by the amount of work, 1 stays in one process.")
@@ -165,7 +167,7 @@ def _run(paths, options) -> int:
         if files:
             # Deselected rules never run: their screens do not make files parse.
             found = lint_files(files, settings.rules_for(files), jobs=options.jobs or None,
-                               cache=not options.no_cache)
+                               cache=not options.no_cache, budget=_time_budget(options, settings))
             found.findings.sort()
             found.errors.sort()
             report.extend(found)
@@ -262,6 +264,19 @@ def _run(paths, options) -> int:
     finally:
         printer.close()
     return 1 if outcome.findings or outcome.errors or outcome.unused else 0
+
+
+def _time_budget(options, settings) -> float | None:
+    """Seconds per file: --file-time-budget, else `file-time-budget` of the configuration of the
+    folder the run starts in, else the default; 0 means no limit."""
+    from tapecheck.lint.parallel import DEFAULT_TIME_BUDGET
+
+    budget = options.file_time_budget
+    if budget is None:
+        budget = settings.for_path(".").time_budget
+    if budget is None:
+        budget = DEFAULT_TIME_BUDGET
+    return budget or None
 
 
 def _fixed(before, remaining) -> list:

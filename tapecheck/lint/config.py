@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from tapecheck.lint.files import SKIP_DIRS
 from tapecheck.rules import RULES
 
-KEYS = ("select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude", "keras-version")
+KEYS = ("select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude", "keras-version",
+        "file-time-budget")
 KERAS_VERSIONS = ("2", "3")
 ALL_CODES = tuple(rule.code for rule in RULES)
 
@@ -71,7 +72,8 @@ class Config:
     per_file_ignores: list[tuple[object, set[str]]] = field(default_factory=list)  # (spec, codes)
     exclude: object | None = None  # spec replacing the default skipped folders
     extend_exclude: object | None = None
-    keras_version: str | None = None  # "2" or "3"; None: detected from the project's files (default "3")
+    keras_version: str | None = None  # "2" or "3"; None: decided per file from what it does (default "3")
+    time_budget: float | None = None  # `file-time-budget`: seconds per file's analysis (0: none); None: the default
 
     def enabled(self, code: str, path: str) -> bool:
         if code not in self.select or code in self.ignore:
@@ -146,6 +148,10 @@ def parse(table: dict, path: str) -> Config:
             if version not in KERAS_VERSIONS:
                 raise ConfigError(f'{where}: expected "2" (tf_keras) or "3", got {value!r}')
             config.keras_version = version
+        elif key == "file-time-budget":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{where}: expected a number of seconds (0: no limit), got {value!r}")
+            config.time_budget = float(value)
         else:
             raise ConfigError(f"{path}: [tool.tapecheck] unknown key {key!r} (known: {', '.join(KEYS)})")
     config.select |= extend_select  # on top of `select`, wherever it stands in the table; `ignore` still wins
