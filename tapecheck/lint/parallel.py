@@ -330,7 +330,7 @@ def _choose_jobs(jobs: int | None, files: int, size: int, rules: Sequence[Rule])
 # each of those imports libcst and the rules again); spawn otherwise (fork with threads is unsafe).
 
 MAX_WORKERS = 32  # processes of one pool, even for --jobs 1000
-MAX_RESTARTS = 8  # processes a run may start after its pool broke (one per retried file)
+MAX_RESTARTS = 8  # processes a run may start after its pool broke (one per death)
 NOT_LINTED = "not linted: "  # how a file no process could lint is reported (never cached)
 
 # Test-only fault injection, read by the workers alone (tests/test_processes.py). Unset in
@@ -480,25 +480,18 @@ def _in_processes(pending, rules: Sequence[Rule], workers: int, budget: float | 
                     done[i] = report
     except BrokenProcessPool:
         # A worker died (killed, a crash in native code, or before its first task): the pool is
-        # gone with every file still in flight. Retry those one process each, so only the
-        # guilty file is reported, as long as the run may start processes.
-        restarts = MAX_RESTARTS
-        for i in order:
-            if done[i] is not None:
-                continue
-            path, source = pending[i][1], pending[i][2]
-            if restarts <= 0:
-                done[i] = _not_linted(path, f"its worker process died, and this run started the most it may "
-                                            f"({workers} + {MAX_RESTARTS} after failures)")
-                continue
-            restarts -= 1
-            try:
-                done[i] = _alone(path, source, codes, budget)
-            except _CannotStart:  # not this file: processes do not start or live here
-                for j in order:
-                    if done[j] is None:
-                        done[j] = _lint_one(pending[j][1], pending[j][2], rules, budget)
-                break
+        # gone with every file still in flight. Retry those in a pool of one process, one file
+        # at a time, so only the guilty file is reported; each death costs one new process, as
+        # long as the run may start one.
+        left = [i for i in order if done[i] is None]
+        try:
+            for i, report in zip(left, _one_by_one([(pending[i][1], pending[i][2]) for i in left], codes,
+                                                   budget, workers)):
+                done[i] = report
+        except _CannotStart:  # not these files: processes do not start or do not live here
+            for i in left:
+                if done[i] is None:
+                    done[i] = _lint_one(pending[i][1], pending[i][2], rules, budget)
     except (OSError, RuntimeError):
         # The pool could not start (fork or a thread refused: `ulimit -u`, memory): lint here.
         for i in order:
@@ -511,23 +504,36 @@ def _not_linted(path: str, why: str) -> Report:
     return Report(errors=[FileError(path, NOT_LINTED + why)], files_checked=1)
 
 
-def _alone(path: str, source: bytes, codes: tuple[str, ...], budget: float | None = None) -> Report:
-    """`path` linted by a process of its own. _CannotStart when the process fails before it
-    takes the file (it never answered `_ready`)."""
+def _one_by_one(items, codes: tuple[str, ...], budget: float | None, workers: int):
+    """Yield each file's report, linted by a process of a one-process pool, started again after
+    each death (at most MAX_RESTARTS times). _CannotStart when a new process fails before its
+    first task (it never answered `_ready`), or cannot be started at all."""
     from concurrent.futures.process import BrokenProcessPool
 
+    restarts = MAX_RESTARTS
+    pool = None
     try:
-        with _pool(1) as pool:
+        for path, source in items:
+            if pool is None:
+                if restarts <= 0:
+                    yield _not_linted(path, f"worker processes kept dying, and this run started the most "
+                                            f"processes it may ({workers} + {MAX_RESTARTS} after failures)")
+                    continue
+                restarts -= 1
+                try:
+                    pool = _pool(1)
+                    pool.submit(_ready).result()
+                except (BrokenProcessPool, OSError, RuntimeError):
+                    raise _CannotStart() from None
             try:
-                pool.submit(_ready).result()
+                yield pool.submit(_work, path, source, codes, budget).result()
             except BrokenProcessPool:
-                raise _CannotStart() from None
-            try:
-                return pool.submit(_work, path, source, codes, budget).result()
-            except BrokenProcessPool:
-                return _not_linted(path, "the linting process died on this file (please report it)")
-    except (OSError, RuntimeError):
-        raise _CannotStart() from None
+                yield _not_linted(path, "the linting process died on this file (please report it)")
+                pool.shutdown(wait=True)
+                pool = None
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def lint_paths(paths: Iterable[str], rules: Sequence[Rule] = RULES, *, jobs: int | None = None, cache=None) -> Report:
