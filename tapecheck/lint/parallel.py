@@ -284,6 +284,8 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
 
     workers = _choose_jobs(jobs, len(pending), pending_bytes, rules)
     if workers <= 1:  # each file is linted with the cyclic collector paused (engine.no_cyclic_collection)
+        if pending and budget:
+            import tapecheck.lint.extract  # noqa: F401  (its imports are not the first file's analysis)
         done = [_lint_one(path, source, rules, budget) for _, path, source, _ in pending]
     else:
         done = _in_processes(pending, rules, workers, budget)
