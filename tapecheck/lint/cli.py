@@ -172,13 +172,13 @@ def _run(paths, options) -> int:
             found.errors.sort()
             report.extend(found)
     printer = _Printer(options.output_file, report_to_stderr=fix and stdin_name is not None)
-    versions: dict[int, str] = {}
+    keras2: dict[str, str] = {}  # path -> why it is read as Keras 2 (the note, the JSON field)
 
     def keras_of(path: str) -> str:
-        config = settings.for_path(path)
-        if id(config) not in versions:
-            versions[id(config)] = keras_version(config, keras2_files)
-        return versions[id(config)]
+        version, why = keras_version(settings.for_path(path), path, keras2_files)
+        if why is not None:
+            keras2[path] = why
+        return version
 
     def targeted(found) -> list:  # as the Keras the file's project targets sees them (TAP302)
         return [g for g in (for_keras(f, keras_of(f.path)) for f in found) if g is not None]
@@ -188,7 +188,9 @@ def _run(paths, options) -> int:
     suppressed = split(findings, sources, linted if options.report_unused_suppressions else (), settings.enabled)
     findings = suppressed.kept
     outcome = Outcome(errors=list(report.errors), unused=suppressed.unused, files_checked=report.files_checked,
-                      unsafe_fixes=options.unsafe_fixes, sources=sources)
+                      unsafe_fixes=options.unsafe_fixes, sources=sources, keras2=keras2)
+    for path in linted:
+        keras_of(path)  # every file read as Keras 2 is said so, with or without findings
     if options.add_noqa:
         return _add_noqa(findings, outcome, printer, options.quiet)
 
@@ -259,6 +261,10 @@ def _run(paths, options) -> int:
             printer.report(statistics_table(outcome, as_json=options.output_format == "json"))
         else:
             color = options.output_format in ("full", "concise", "text") and use_color(printer.is_terminal)
+            if options.output_format in ("full", "concise", "text") and not options.quiet:
+                for path, why in sorted(keras2.items()):
+                    if path in keras2_files:  # what the file does; a configured version is no news
+                        printer.note(f"{path}: note: read as Keras 2 (tf_keras), its findings as Keras 2 has them: {why}")
             printer.report(render(outcome, options.output_format, color, quiet=options.quiet,
                                   show_fixes=options.show_fixes), color=color)
     finally:

@@ -236,16 +236,16 @@ class Settings:
         return config.excluded(path, is_dir)
 
 
-def keras_version(config: Config, marked: set[str]) -> str:
-    """The Keras a file's code targets: the configured `keras-version`, else "2" when a file of
-    the run under the configuration's folder (any file of the run, without a pyproject.toml)
-    imports `tf_keras` or mentions `TF_USE_LEGACY_KERAS`, else "3"."""
+def keras_version(config: Config, path: str, detected: dict[str, str]) -> tuple[str, str | None]:
+    """The Keras a file's code targets, and why when it is Keras 2: the configured
+    `keras-version`, else "2" when the file's own code imports `tf_keras` or sets
+    `TF_USE_LEGACY_KERAS` (`detected`: path -> why, parallel.keras2_reason), else "3".
+    Another file of the run, or a comment, never decides it."""
     if config.keras_version is not None:
-        return config.keras_version
-    if config.path is None:
-        return "2" if marked else "3"
-    root = config.root.rstrip(os.sep) + os.sep
-    return "2" if any(os.path.abspath(path).startswith(root) for path in marked) else "3"
+        why = f'keras-version = "{config.keras_version}" in {config.path}' if config.keras_version == "2" else None
+        return config.keras_version, why
+    why = detected.get(path)
+    return ("2", why) if why is not None else ("3", None)
 
 
 def for_keras(finding, version: str):

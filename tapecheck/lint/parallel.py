@@ -29,26 +29,98 @@ MIN_PARALLEL_FILES = 8
 MIN_PARALLEL_BYTES = 512 * 1024
 
 
-# A project written for Keras 2: `import tf_keras` / `from tf_keras ...`, or the switch that makes
-# `tf.keras` Keras 2 (`os.environ["TF_USE_LEGACY_KERAS"] = "1"`). Also found in notebooks' JSON.
+# Keras 2 is decided per file, from what the file's own code does (never from a comment, a
+# string, or another file): it imports `tf_keras`, or it sets `TF_USE_LEGACY_KERAS` (the switch
+# that makes `tf.keras` Keras 2) in the environment: `os.environ["TF_USE_LEGACY_KERAS"] = "1"`,
+# `os.environ.setdefault(...)` / `.update(...)`, `os.putenv(...)`, `monkeypatch.setenv(...)`, or
+# a notebook's `%env TF_USE_LEGACY_KERAS=1`. Where it sets it does not matter: treating a file
+# as Keras 2 only silences or rewords findings (TAP302, TAP404), the safe direction.
 KERAS2_MARKER = re.compile(rb"\b(?:import|from)[ \t]+tf_keras\b|TF_USE_LEGACY_KERAS")
+_SWITCH = "TF_USE_LEGACY_KERAS"
+_ON = ("1", "true", "True")  # what TensorFlow's check accepts
+_ENV_MAGIC = re.compile(r"^#env\s+TF_USE_LEGACY_KERAS(?:\s*=\s*|\s+)(\S*)\s*$")  # `%env`, as notebooks.py writes it
 
 
 def keras2_marked(source: bytes) -> bool:
-    """KERAS2_MARKER occurs in `source`. Its pattern starts with `\\b`, so `re` tries it at every
+    """KERAS2_MARKER occurs in `source` (a byte screen: a mention, maybe in a comment; the
+    decision is keras2_reason's). Its pattern starts with `\\b`, so `re` tries it at every
     byte: the plain substring tests first (memchr speed) made the search of the 2,815 files
     of tensorflow+keras 0.04 s, was 0.63 s."""
     if b"tf_keras" not in source and b"TF_USE_LEGACY_KERAS" not in source:
         return False
     return KERAS2_MARKER.search(source) is not None
-_keras2_files: ContextVar[set | None] = ContextVar("tapecheck_keras2_files", default=None)
+
+
+def keras2_reason(source: bytes, path: str) -> str | None:
+    """Why this file's code targets Keras 2 ("line 3: `import tf_keras as keras`"), or None."""
+    if not keras2_marked(source):
+        return None
+    import ast
+
+    where = lambda line: f"line {line}"  # noqa: E731
+    text = source
+    if path.endswith(".ipynb"):
+        from tapecheck.lint.notebooks import NotebookError, notebook_program
+
+        try:
+            program = notebook_program(source)
+        except NotebookError:
+            return None
+
+        def where(line):  # noqa: F811
+            cell, at = program.line_map[line - 1] if 0 < line <= len(program.line_map) else (None, line)
+            return f"cell {cell}, line {at}" if cell is not None else f"line {at}"
+
+        text = program.source
+        for number, line in enumerate(text.splitlines(), start=1):
+            magic = _ENV_MAGIC.match(line)
+            if magic and magic.group(1).strip("'\"") in _ON:
+                return f"{where(number)}: `%env {_SWITCH}={magic.group(1)}`"
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    lines = text.splitlines() if isinstance(text, str) else text.decode("utf-8", "replace").splitlines()
+
+    def said(node) -> str:
+        code = lines[node.lineno - 1].strip() if 0 < node.lineno <= len(lines) else ""
+        return f"{where(node.lineno)}: `{code[:100]}`"
+
+    def switched_on(value) -> bool:  # a constant other than "1"/"true" leaves Keras 3; unknown: Keras 2
+        return not isinstance(value, ast.Constant) or str(value.value) in _ON
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "tf_keras" for a in node.names):
+            return said(node)
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "tf_keras":
+            return said(node)
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant)
+                        and target.slice.value == _SWITCH and switched_on(node.value)):
+                    return said(node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name, args = node.func.attr, node.args
+            if name in ("setdefault", "putenv", "setenv") and len(args) >= 2:
+                if isinstance(args[0], ast.Constant) and args[0].value == _SWITCH and switched_on(args[1]):
+                    return said(node)
+            elif name == "update":
+                pairs = [(k.arg, k.value) for k in node.keywords]
+                if args and isinstance(args[0], ast.Dict):
+                    pairs += [(k.value, v) for k, v in zip(args[0].keys, args[0].values) if isinstance(k, ast.Constant)]
+                if any(key == _SWITCH and switched_on(value) for key, value in pairs):
+                    return said(node)
+    return None
+
+
+_keras2_files: ContextVar[dict | None] = ContextVar("tapecheck_keras2_files", default=None)
 
 
 @contextmanager
 def collecting_keras2_markers():
-    """Within it, the paths of the files read that mark their project as Keras 2 are added to
-    the yielded set (read as they are linted: no second pass over the files)."""
-    found: set[str] = set()
+    """Within it, each file read whose own code targets Keras 2 is added to the yielded dict,
+    path -> why (keras2_reason), as the files are linted: no second pass over the files."""
+    found: dict[str, str] = {}
     token = _keras2_files.set(found)
     try:
         yield found
@@ -58,8 +130,10 @@ def collecting_keras2_markers():
 
 def _note_markers(path: str, source: bytes) -> None:
     found = _keras2_files.get()
-    if found is not None and keras2_marked(source):
-        found.add(path)
+    if found is not None:
+        reason = keras2_reason(source, path)
+        if reason is not None:
+            found[path] = reason
 
 
 def available_cpus() -> int:
@@ -183,7 +257,7 @@ def _learn(path: str, source: bytes, rules: Sequence[Rule], with_digest: bool) -
     return {
         "digest": content_digest_of(source) if with_digest else "",
         "screen": screen,
-        "keras2": keras2_marked(source),
+        "keras2": keras2_reason(source, path),  # why it is Keras 2, or None
     }
 
 
@@ -225,8 +299,8 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
         status = _stat(path) if stats is not None else None  # taken before reading: a later edit changes it
         statuses[path] = status
         record = stats.lookup(path, status) if stats is not None else None
-        if record is not None and "deps" not in record:
-            record = None  # remembered before imports were recorded: read it again, once
+        if record is not None and ("deps" not in record or record.get("keras2") is True):
+            record = None  # remembered before imports (or why it is Keras 2) were recorded: read it again, once
         source = None
         if record is None:
             try:
@@ -245,7 +319,7 @@ def lint_files(paths: Sequence[str], rules: Sequence[Rule], jobs: int | None = N
         if record["keras2"]:
             found = _keras2_files.get()
             if found is not None:
-                found.add(path)
+                found[path] = record["keras2"]
         if record["screen"] is not None:  # no rule can fire: finished here (never parsed, nothing to cache)
             results[position] = Report(errors=[FileError(path, m) for m in record["screen"]], files_checked=1)
             continue
