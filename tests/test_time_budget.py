@@ -120,3 +120,21 @@ def test_the_timer_is_off_after_the_file():
     assert report.findings and not report.errors
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler, None)
+
+
+def test_an_alarm_the_program_owns_is_left_alone():
+    import signal
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        with parallel.time_budget(0.001):
+            pass
+        remaining = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert 0 < remaining <= 30  # its timer still runs
+        assert signal.getsignal(signal.SIGALRM) is not parallel._over_budget
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not fired

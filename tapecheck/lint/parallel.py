@@ -205,12 +205,16 @@ def _over_budget(signum, frame):
 @contextmanager
 def time_budget(seconds: float | None):
     """Within it, the main thread is interrupted by OverBudget after `seconds` (a real-time
-    timer, SIGALRM). Elsewhere (another thread, no SIGALRM, no budget) it does nothing."""
+    timer, SIGALRM). Elsewhere (another thread, no SIGALRM, no budget) it does nothing, and
+    where the program already uses the alarm (a handler of its own, or a timer running, as
+    pytest-timeout does) it leaves it alone: no budget rather than a broken alarm."""
     import signal
     import threading
 
     if (not seconds or seconds <= 0 or not hasattr(signal, "setitimer")
-            or threading.current_thread() is not threading.main_thread()):
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, signal.SIG_IGN, _over_budget)
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
         yield
         return
     previous = signal.signal(signal.SIGALRM, _over_budget)
