@@ -418,7 +418,7 @@ NOT_LINTED = "not linted: "  # how a file no process could lint is reported (nev
 #   init-raise         the worker's initializer raises (the worker dies before any task)
 #   kill:NAME          the worker SIGKILLs itself before linting a file named NAME
 #   kill-once:NAME:P   the same, only while the file P does not exist (it creates P first)
-#   hang:NAME          the worker sleeps (an hour) before linting NAME
+#   hang:NAME          the worker sleeps (a minute) before linting NAME
 FAULT_ENV = "TAPECHECK_TEST_FAULT"
 
 _OWNER_PID = os.getpid()
@@ -458,7 +458,7 @@ def _inject_fault(path: str | None) -> None:
                 open(marker, "w").close()
                 os.kill(os.getpid(), signal.SIGKILL)
         elif kind == "hang" and arg == name:
-            time.sleep(3600)
+            time.sleep(60)
 
 
 def _watch_parent(parent: int) -> None:
