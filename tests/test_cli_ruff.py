@@ -428,26 +428,24 @@ def test_keras_version_2_is_silent_about_what_keras_2_has(project):
     assert bad.exit_code == 2 and 'keras-version: expected "2" (tf_keras) or "3"' in bad.output
 
 
-def test_keras_version_is_detected_from_the_project_unless_set(project):
+def test_keras_version_is_decided_per_file_unless_set(project):
+    # Issue 25: another file's tf_keras or TF_USE_LEGACY_KERAS (a helper module, a setup
+    # notebook) no longer makes every file of the run Keras 2: `lint .` and `lint FILE` agree.
     (project / "pkg").mkdir()
     (project / "pkg" / "train.py").write_text(KERAS2_LOOP)
     (project / "train.py").unlink()
     assert len(_tap302(run("lint", "--output-format", "concise"))) == 5
     (project / "pkg" / "compat.py").write_text("import tf_keras as keras\n")
-    assert [line for line, _ in _tap302(run("lint", "--output-format", "concise"))] == [4, 9]
+    assert len(_tap302(run("lint", "--output-format", "concise"))) == 5
     (project / "pkg" / "compat.py").unlink()
     _notebook(project / "setup.ipynb", 'import os\nos.environ["TF_USE_LEGACY_KERAS"] = "1"\n', {})
-    assert [line for line, _ in _tap302(run("lint", "--output-format", "concise"))] == [4, 9]
+    assert len(_tap302(run("lint", "--output-format", "concise"))) == 5
+    # the file's own switch makes it Keras 2
+    (project / "pkg" / "train.py").write_text('import os\nos.environ["TF_USE_LEGACY_KERAS"] = "1"\n' + KERAS2_LOOP)
+    assert [line for line, _ in _tap302(run("lint", "--output-format", "concise"))] == [6, 11]
     # a configured version wins over what the files say
     (project / "pyproject.toml").write_text('[tool.tapecheck]\nkeras-version = "3"\n')
     assert len(_tap302(run("lint", "--output-format", "concise"))) == 5
-    # a project is its pyproject.toml's folder: another project's tf_keras does not count
     (project / "pyproject.toml").unlink()
-    (project / "setup.ipynb").unlink()
-    (project / "pkg" / "pyproject.toml").write_text("[tool.tapecheck]\n")
-    (project / "elsewhere").mkdir()
-    (project / "elsewhere" / "pyproject.toml").write_text("[tool.tapecheck]\n")
-    (project / "elsewhere" / "compat.py").write_text("from tf_keras import layers\n")
-    assert len(_tap302(run("lint", "--output-format", "concise"))) == 5
     stdin = run("lint", "--output-format", "concise", "-", input="import tf_keras\n" + KERAS2_LOOP)
     assert [line for line, _ in _tap302(stdin)] == [5, 10]

@@ -73,6 +73,8 @@ FORMAT_CHOICES = ["full", "concise", "json", "sarif", "github", "text"]
 @click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` to every line with a finding (Python files, in place).")
 @click.option("--report-unused-suppressions", is_flag=True, help="Report `# noqa: TAP...` / `# tapecheck: ignore[...]` comments that hide nothing.")
 @click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named on the command line too (for pre-commit).")
+@click.option("--file-time-budget", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Stop analysing a file after this many seconds and report it (default 30; 0: no limit; config: file-time-budget).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write .tapecheck_cache (results of unchanged files).")
 @click.option("--jobs", "-j", type=click.IntRange(min=0), default=0, metavar="N",
               help="Processes to lint with; 0 (default) picks by the amount of work, 1 stays in one process.")
@@ -179,18 +181,18 @@ def _run(paths, options) -> int:
         if files:
             # Deselected rules never run: their screens do not make files parse.
             found = lint_files(files, settings.rules_for(files), jobs=options.jobs or None,
-                               cache=not options.no_cache)
+                               cache=not options.no_cache, budget=_time_budget(options, settings))
             found.findings.sort()
             found.errors.sort()
             report.extend(found)
     printer = _Printer(options.output_file, report_to_stderr=fix and stdin_name is not None)
-    versions: dict[int, str] = {}
+    keras2: dict[str, str] = {}  # path -> why it is read as Keras 2 (the note, the JSON field)
 
     def keras_of(path: str) -> str:
-        config = settings.for_path(path)
-        if id(config) not in versions:
-            versions[id(config)] = keras_version(config, keras2_files)
-        return versions[id(config)]
+        version, why = keras_version(settings.for_path(path), path, keras2_files)
+        if why is not None:
+            keras2[path] = why
+        return version
 
     def targeted(found) -> list:  # as the Keras the file's project targets sees them (TAP302)
         return [g for g in (for_keras(f, keras_of(f.path)) for f in found) if g is not None]
@@ -200,7 +202,9 @@ def _run(paths, options) -> int:
     suppressed = split(findings, sources, linted if options.report_unused_suppressions else (), settings.enabled)
     findings = suppressed.kept
     outcome = Outcome(errors=list(report.errors), unused=suppressed.unused, files_checked=report.files_checked,
-                      unsafe_fixes=options.unsafe_fixes, sources=sources)
+                      unsafe_fixes=options.unsafe_fixes, sources=sources, keras2=keras2)
+    for path in linted:
+        keras_of(path)  # every file read as Keras 2 is said so, with or without findings
     if options.add_noqa:
         return _add_noqa(findings, outcome, printer, options.quiet)
 
@@ -282,11 +286,28 @@ def _run(paths, options) -> int:
                 if text_format:
                     return 0
             color = text_format and use_color(printer.is_terminal)
+            if text_format and not options.quiet:
+                for path, why in sorted(keras2.items()):
+                    if path in keras2_files:  # what the file does; a configured version is no news
+                        printer.note(f"{path}: note: read as Keras 2 (tf_keras), its findings as Keras 2 has them: {why}")
             printer.report(render(outcome, options.output_format, color, quiet=options.quiet,
                                   show_fixes=options.show_fixes), color=color)
     finally:
         printer.close()
     return 1 if outcome.findings or outcome.errors or outcome.unused else 0
+
+
+def _time_budget(options, settings) -> float | None:
+    """Seconds per file: --file-time-budget, else `file-time-budget` of the configuration of the
+    folder the run starts in, else the default; 0 means no limit."""
+    from tapecheck.lint.parallel import DEFAULT_TIME_BUDGET
+
+    budget = options.file_time_budget
+    if budget is None:
+        budget = settings.for_path(".").time_budget
+    if budget is None:
+        budget = DEFAULT_TIME_BUDGET
+    return budget or None
 
 
 def _fixed(before, remaining) -> list:

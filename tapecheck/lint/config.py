@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from tapecheck.lint.files import SKIP_DIRS
 from tapecheck.rules import RULES
 
-KEYS = ("select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude", "keras-version")
+KEYS = ("select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude", "keras-version",
+        "file-time-budget")
 KERAS_VERSIONS = ("2", "3")
 ALL_CODES = tuple(rule.code for rule in RULES)
 
@@ -71,7 +72,8 @@ class Config:
     per_file_ignores: list[tuple[object, set[str]]] = field(default_factory=list)  # (spec, codes)
     exclude: object | None = None  # spec replacing the default skipped folders
     extend_exclude: object | None = None
-    keras_version: str | None = None  # "2" or "3"; None: detected from the project's files (default "3")
+    keras_version: str | None = None  # "2" or "3"; None: decided per file from what it does (default "3")
+    time_budget: float | None = None  # `file-time-budget`: seconds per file's analysis (0: none); None: the default
 
     def enabled(self, code: str, path: str) -> bool:
         if code not in self.select or code in self.ignore:
@@ -146,6 +148,10 @@ def parse(table: dict, path: str) -> Config:
             if version not in KERAS_VERSIONS:
                 raise ConfigError(f'{where}: expected "2" (tf_keras) or "3", got {value!r}')
             config.keras_version = version
+        elif key == "file-time-budget":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{where}: expected a number of seconds (0: no limit), got {value!r}")
+            config.time_budget = float(value)
         else:
             raise ConfigError(f"{path}: [tool.tapecheck] unknown key {key!r} (known: {', '.join(KEYS)})")
     config.select |= extend_select  # on top of `select`, wherever it stands in the table; `ignore` still wins
@@ -230,16 +236,16 @@ class Settings:
         return config.excluded(path, is_dir)
 
 
-def keras_version(config: Config, marked: set[str]) -> str:
-    """The Keras a file's code targets: the configured `keras-version`, else "2" when a file of
-    the run under the configuration's folder (any file of the run, without a pyproject.toml)
-    imports `tf_keras` or mentions `TF_USE_LEGACY_KERAS`, else "3"."""
+def keras_version(config: Config, path: str, detected: dict[str, str]) -> tuple[str, str | None]:
+    """The Keras a file's code targets, and why when it is Keras 2: the configured
+    `keras-version`, else "2" when the file's own code imports `tf_keras` or sets
+    `TF_USE_LEGACY_KERAS` (`detected`: path -> why, parallel.keras2_reason), else "3".
+    Another file of the run, or a comment, never decides it."""
     if config.keras_version is not None:
-        return config.keras_version
-    if config.path is None:
-        return "2" if marked else "3"
-    root = config.root.rstrip(os.sep) + os.sep
-    return "2" if any(os.path.abspath(path).startswith(root) for path in marked) else "3"
+        why = f'keras-version = "{config.keras_version}" in {config.path}' if config.keras_version == "2" else None
+        return config.keras_version, why
+    why = detected.get(path)
+    return ("2", why) if why is not None else ("3", None)
 
 
 def for_keras(finding, version: str):

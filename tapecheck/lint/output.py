@@ -36,6 +36,7 @@ class Outcome:
     unsafe_fixes: bool = False  # whether unsafe fixes count as available
     sources: dict = field(default_factory=dict)  # contents already in hand (stdin): path -> bytes
     fixed_findings: list[Finding] = field(default_factory=list)  # what --fix fixed (for --show-fixes)
+    keras2: dict = field(default_factory=dict)  # path -> why the file is read as Keras 2
 
     def fixable(self, finding: Finding) -> bool:
         return finding.fix is not None and (finding.fix.safe or self.unsafe_fixes)
@@ -317,6 +318,7 @@ def to_json(outcome: Outcome) -> str:
         "findings": [_finding_json(f, outcome) for f in outcome.findings],
         "errors": [{"path": e.path, "message": e.message} for e in outcome.errors],
         "unused_suppressions": [u.to_dict() for u in outcome.unused],
+        "keras2": [{"path": path, "reason": why} for path, why in sorted(outcome.keras2.items())],
         "summary": {
             "files_checked": outcome.files_checked,
             "findings": len(outcome.findings),

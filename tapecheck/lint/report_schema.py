@@ -76,6 +76,14 @@ SCHEMA = {
             },
         },
         "unused_suppressions": {"type": "array", "items": _UNUSED},
+        "keras2": {  # the files read as Keras 2 (tf_keras), and why (the file's code or keras-version)
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["path", "reason"],
+                "properties": {"path": {"type": "string"}, "reason": {"type": "string"}},
+            },
+        },
         "summary": {
             "type": "object",
             "required": ["files_checked", "findings", "fixed", "errors", "unused_suppressions"],

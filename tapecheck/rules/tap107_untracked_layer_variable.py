@@ -11,7 +11,7 @@ Not reported: `self.add_weight(...)` and `keras.Variable(...)` (Keras tracks tho
 train), and a variable whose attribute this file hands to a tape's
 `gradient` or to `apply_gradients` by name (`[model.w, model.b]`), or a file that trains
 what its tapes watched (`tape.watched_variables()`): that loop trains it.
-Silent for a Keras 2 project (`keras-version = "2"`, or one that imports `tf_keras`):
+Silent for Keras 2 code (`keras-version = "2"`, or a file that imports `tf_keras` itself):
 Keras 2 tracked `tf.Variable` attributes as `tf.Module` does.
 
 ## Why is this bad?

@@ -46,8 +46,8 @@ derived from `SGD` or `Adam`, it silently runs the base class's update instead o
 its own.
 
 ## Keras 2 projects
-With `keras-version = "2"` in `[tool.tapecheck]` (or when not set, for a project
-that imports `tf_keras` or mentions `TF_USE_LEGACY_KERAS`), the APIs Keras 2 has
+With `keras-version = "2"` in `[tool.tapecheck]` (or when not set, in a file
+whose own code imports `tf_keras` or sets `TF_USE_LEGACY_KERAS`), the APIs Keras 2 has
 are not reported: `reset_states()`, legacy optimizers (and `lr=` or
 `get_gradients` on them). `optimizer.lr`, the `*_generator` methods and `predict_classes`, and saving to
 TensorFlow checkpoints and SavedModel folders are Keras 2 APIs too, and not reported there.
