@@ -83,7 +83,7 @@ def test_a_file_that_sets_the_switch_itself_is_keras2_and_says_why(project):
         assert ('train.py: note: read as Keras 2 (tf_keras), its findings as Keras 2 has them: '
                 'line 3: `os.environ["TF_USE_LEGACY_KERAS"] = "1"`') in result.stderr
     document = json.loads(_lint("--output-format", "json", ".", cwd=project).stdout)
-    assert document["keras2"] == [{"path": "./train.py", "reason": 'line 3: `os.environ["TF_USE_LEGACY_KERAS"] = "1"`'}]
+    assert document["keras2"] == [{"path": "train.py", "reason": 'line 3: `os.environ["TF_USE_LEGACY_KERAS"] = "1"`'}]
 
 
 def test_the_configured_version_wins_and_json_says_so(project):

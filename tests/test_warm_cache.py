@@ -90,8 +90,8 @@ def tree(tmp_path):
 
 def test_a_warm_run_reads_no_unchanged_file_and_reports_the_same(tree):
     uncached, _ = lint(tree, "--no-cache")
-    assert "./broken.py: error: syntax error at line 1, column 7: invalid syntax" in uncached
-    assert any("./train.py:" in line and "TAP403" in line for line in uncached)  # Net's Dropout, from models.py
+    assert "broken.py: error: syntax error at line 1, column 7: invalid syntax" in uncached
+    assert any("train.py:" in line and "TAP403" in line for line in uncached)  # Net's Dropout, from models.py
     assert not any("TAP302" in line for line in uncached)  # metrics.py imports tf_keras: Keras 2 has reset_states
     cold, cold_opened = lint(tree)
     assert cold == uncached and {"train.py", "models.py", "broken.py", "plain7.py"} <= cold_opened
@@ -109,7 +109,7 @@ def test_a_changed_file_is_read_again_and_its_effects_follow(tree):
     (tree / "models.py").write_text(MODELS.replace("tf.keras.layers.Dropout(0.5)", "tf.keras.layers.Dense(2)"))
     report, opened = lint(tree)
     assert {"metrics.py", "models.py"} <= opened and "plain3.py" not in opened
-    assert any("./metrics.py:3:1: TAP302" in line for line in report)
+    assert any("metrics.py:3:1: TAP302" in line for line in report)
     assert not any("TAP403" in line for line in report)  # the model read models.py again
     assert report == lint(tree, "--no-cache")[0]
 
@@ -123,7 +123,7 @@ def test_an_edit_that_keeps_size_and_modification_time_is_still_seen(tree):
     assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
     report, opened = lint(tree)
     assert "plain5.py" in opened  # its change time moved: read again
-    assert "./plain5.py: error: syntax error at line 1, column 5: '(' was never closed" in report
+    assert "plain5.py: error: syntax error at line 1, column 5: '(' was never closed" in report
 
 
 def test_a_file_read_just_after_an_edit_is_read_again_next_time(tree):
