@@ -108,12 +108,32 @@ class KerasKinds:
                     return fn
         return None
 
+    def base_names(self, klass: Block) -> tuple[str, ...]:
+        """The bases of `klass` as written and, for a base bound by assignment at module level
+        (`Wrapper = keras.layers.Wrapper` after `keras = tf.keras`), what it names."""
+        key = ("base names", klass.id)
+        found = self.memo.get(key)
+        if found is None:
+            names = list(klass.bases)
+            aliases = self._alias_heads()
+            made = next((a for a in self.facts.assigns if a.kind == "def" and a.target == klass.name
+                         and a.site.line == klass.line), None)
+            for base in klass.bases:
+                if made is not None and base.partition(".")[0] in aliases:
+                    named = self.alias_of(base, made.site)
+                    if named.partition(".")[0] in aliases and named != base:
+                        named = self.alias_of(named, made.site)
+                    if named != base:
+                        names.append(named)
+            found = self.memo[key] = tuple(names)
+        return found
+
     def is_keras(self, klass: Block | Klass, package: str = "layers") -> bool:
         """A subclass of a Keras Layer or Model (package "layers"), Loss ("losses"), Metric ("metrics")."""
         if isinstance(klass, Klass):
             return klass.model.is_keras(klass.block, package)
         for cls in self.bases(klass):
-            for base in cls.bases:
+            for base in self.base_names(cls):
                 if package == "layers" and (is_keras_class(base, "layers") or is_keras_class(base, "models")
                                             or base in ("keras.Model", "tensorflow.keras.Model", "keras.Layer",
                                                         "tensorflow.Module", "tensorflow.keras.Sequential")):
