@@ -4,7 +4,11 @@ An epoch boundary is an eager iteration over a `tf.data.Dataset` (eager loops
 and `fit` call `DatasetV2.__iter__` once per epoch per dataset). A metric is
 flagged when the user's code reads `result()` at the same line on both sides
 of such a boundary, its variables changed in between and it was never reset
-(`reset_state()`, which `fit` and `evaluate` call themselves). Metric
+(`reset_state()`, which `fit` and `evaluate` call themselves). A loop with no
+`tf.data` (NumPy batches sliced by hand) has its epochs read from the file: a
+`result()` read in a loop after an inner loop that updates the metric (the
+update's line, or the line of the call that led to it, in the same function)
+is read once per outer iteration, an epoch. Metric
 subclasses define their own `update_state`/`result`/`reset_state`, so every
 subclass is wrapped, including those defined while the probe runs.
 """
@@ -16,7 +20,7 @@ import threading
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 
-from tapecheck.probe import sites
+from tapecheck.probe import names, sites
 from tapecheck.probe.lifetimes import Lifetimes
 from tapecheck.probe.patching import subclasses
 from tapecheck.probe.report import report_internal_error
@@ -24,13 +28,17 @@ from tapecheck.probe.report import report_internal_error
 _WRAPPED = ("update_state", "result", "reset_state")
 
 
+UPDATE_STACKS = 2  # user stacks kept per reset, of the first updates: where the metric is updated
+
+
 class MetricState:
-    __slots__ = ("generation", "reads", "updates")
+    __slots__ = ("generation", "reads", "update_lines", "updates")
 
     def __init__(self):
         self.generation = 0
         self.updates = 0
         self.reads: dict[tuple, tuple] = {}  # (path, line) -> (generation, epoch, snapshot)
+        self.update_lines: list[tuple] = []  # the user (path, line)s of the first updates since the reset
 
 
 class MetricHooks:
@@ -110,7 +118,10 @@ class MetricHooks:
 
         def update_state(self, *args, **kwargs):
             if hooks.active and hooks._outermost("update"):
-                hooks._state(self).updates += 1
+                state = hooks._state(self)
+                state.updates += 1
+                if len(state.update_lines) < UPDATE_STACKS:
+                    state.update_lines.append(sites.user_lines())
             hooks._enter("update")
             try:
                 return original(self, *args, **kwargs)
@@ -128,6 +139,7 @@ class MetricHooks:
                 state.generation += 1
                 state.updates = 0
                 state.reads.clear()
+                state.update_lines = []
             hooks._enter("reset")
             try:
                 return original(self, *args, **kwargs)
@@ -158,7 +170,7 @@ class MetricHooks:
 
     def _read(self, metric):
         state = self._state(metric)
-        site = sites.user_site()
+        frame, site = sites.user_frame()
         if site is None:
             return
         snapshot = _snapshot(metric)
@@ -168,8 +180,10 @@ class MetricHooks:
         if previous is None:
             return
         generation, epoch, old_snapshot, old_updates = previous
-        if generation == state.generation and epoch < self.epochs and old_updates and snapshot != old_snapshot:
-            name = getattr(metric, "name", type(metric).__name__)
+        if generation != state.generation or not old_updates or snapshot == old_snapshot:
+            return
+        if epoch < self.epochs or _read_after_inner_loop(site, state.update_lines):
+            name = names.user_name(metric, frame, site, "result")
             self.collector.add(
                 site, "TAP301", "metric-never-reset",
                 f"metric `{name}` is read here once per epoch but never reset: "
@@ -177,6 +191,67 @@ class MetricHooks:
                 f"Call `{name}.reset_state()` at the start of each epoch.",
                 names=[name], subject=name, stale_epochs=[self.epochs],
             )
+
+
+def _read_after_inner_loop(site, update_lines) -> bool:
+    """Whether the read at `site` is in a loop, after an inner loop of the same function that updates the metric."""
+    for lines in update_lines:
+        for path, line in lines:
+            if path == site.path and _nested_below(path, site.line, line):
+                return True
+    return False
+
+
+def _nested_below(path: str, read: int, update: int) -> bool:
+    loops, functions = _spans(path)
+    read_in = _innermost(functions, read)
+    if read_in != _innermost(functions, update):
+        return False
+    outer = _innermost([s for s in loops if _inside(s, read_in)], read)
+    inner = _innermost([s for s in loops if _inside(s, read_in)], update)
+    if outer is None or inner is None or inner == outer:
+        return False
+    return outer[0] < inner[0] and inner[1] <= outer[1] and not inner[0] <= read <= inner[1]
+
+
+def _inside(span, function) -> bool:
+    return function is None or (function[0] <= span[0] and span[1] <= function[1])
+
+
+def _innermost(spans, line):
+    best = None
+    for span in spans:
+        if span[0] <= line <= span[1] and (best is None or span[0] >= best[0]):
+            best = span
+    return best
+
+
+_SPANS: dict[str, tuple] = {}
+
+
+def _spans(path: str) -> tuple:
+    """(loops, functions) of a user file, as (first line, last line) pairs; parsed once per file."""
+    known = _SPANS.get(path)
+    if known is not None:
+        return known
+    import ast
+    import linecache
+
+    loops, functions = [], []
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)))
+        for node in ast.walk(tree):
+            span = (node.lineno, node.end_lineno or node.lineno) if hasattr(node, "lineno") else None
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+                loops.append(span)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                functions.append(span)
+    except (SyntaxError, ValueError):
+        pass
+    if len(_SPANS) > 256:
+        _SPANS.clear()
+    _SPANS[path] = (loops, functions)
+    return loops, functions
 
 
 def _snapshot(metric):
