@@ -64,12 +64,13 @@ def user_site(depth: int = 2) -> Site | None:
 
 
 def user_frame(depth: int = 2):
-    """(the innermost user frame above the caller, its site); (None, mapped site) in autograph code."""
+    """(the innermost user frame above the caller, its site); in autograph code, the generated frame (its
+    locals bear the user's names) and the user's line it maps to."""
     frame = sys._getframe(depth)
     while frame is not None:
         filename = frame.f_code.co_filename
         if _AUTOGRAPH in filename:
-            return None, _mapped_site()
+            return frame, _mapped_site()
         if is_user_file(filename):
             return frame, frame_site(frame)
         frame = frame.f_back
