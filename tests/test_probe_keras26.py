@@ -52,6 +52,12 @@ NAMES = {
                                      "Update the trackers yourself: `self.compute_loss(x, y, y_pred)` for the loss, "
                                      "then `m.update_state(loss)` for the loss tracker and `m.update_state(y, y_pred)` "
                                      "for the other metrics."),
+    "bad_cached_variables_batchnorm.py": ("is a non-trainable variable (a BatchNormalization moving statistic",
+                                          "Ask for `model.trainable_variables` (not `model.variables` or "
+                                          "`model.weights`, nor a list cached from them)."),
+    "bad_gp_watch_after_use.py": ("source `mixed` is watched at line 32, after line 31 already used it",
+                                  "Move `gp_tape.watch(mixed)` up, first in the `with` block, before line 31 uses "
+                                  "`mixed`."),
     "bad_reset_states_override.py": ("`BestBatchError.reset_states()` overrides Keras 2's method, which Keras 3 never "
                                      "calls", "Rename it to `reset_state(self)` (singular)."),
 }
