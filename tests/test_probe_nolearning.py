@@ -40,6 +40,7 @@ EXPECTED = {
     "bad_train_step_override.py": ("encoder", ["dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"], 8),
     "bad_tf_function_step.py": ("net", ["encoder/kernel", "encoder/bias"], 6),
 }
+SIGN = [p for p in BAD if p.name in EXPECTED]
 
 
 @contextlib.contextmanager
@@ -82,11 +83,12 @@ def kinds(names):
 
 def test_every_bad_fixture_has_a_good_twin():
     assert {p.name.removeprefix("bad_") for p in BAD} <= {p.name.removeprefix("good_") for p in GOOD} | {
-        "gan_trainer_sign.py"}  # its twin is good_gan_trainer_ste.py
-    assert (FOLDER / "good_gan_trainer_ste.py").exists() and len(BAD) == 4
+        "gan_trainer_sign.py", "wgan_critic_dead_units.py"}  # twins: good_gan_trainer_ste.py, good_wgan_critic.py
+    assert (FOLDER / "good_gan_trainer_ste.py").exists() and (FOLDER / "good_wgan_critic.py").exists()
+    assert len(BAD) == 5
 
 
-@pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SIGN, ids=lambda p: p.name)
 def test_a_zero_gradient_is_reported_at_the_op_with_the_model_variables_and_steps(path):
     findings, _ = run(path)
     assert sorted((Path(f.path).name, f.line, f.code) for f in findings) == expected_lines(path)
@@ -100,6 +102,21 @@ def test_a_zero_gradient_is_reported_at_the_op_with_the_model_variables_and_step
     assert finding.message.endswith("the weights never move, and nothing warns")
     assert f"of `{model}`" in finding.message and f"over {steps} updates" in finding.message
     assert finding.details["applied_at"] and finding.hint
+
+
+def test_dead_units_are_reported_and_a_cancelling_zero_is_not():
+    # good_wgan_critic.py: the output bias of `mean(critic(fake)) - mean(critic(real))` has a zero gradient at
+    # every step and never moves; it is silent (parametrized below). Its twin's zero-initialised hidden ReLU
+    # layer is a real cut: the critic's weights behind it are reported, its output bias still is not.
+    path = FOLDER / "bad_wgan_critic_dead_units.py"
+    findings, kept = run(path)
+    assert sorted((Path(f.path).name, f.line, f.code) for f in findings) == expected_lines(path)
+    by_model = {f.details["model"]: f for f in findings}
+    assert kinds(by_model["critic"].details["sources"]) == ["dense/kernel", "dense/bias", "dense/kernel"]  # counters dropped
+    assert kinds(by_model["generator"].details["sources"]) == [
+        "dense/kernel", "dense/bias", "dense/kernel", "dense/bias"]
+    assert all(f.details["op"] == "" and f.details["steps"] == 8 for f in findings)
+    assert "units that are never active" in by_model["critic"].message
 
 
 @pytest.mark.parametrize("path", GOOD, ids=lambda p: p.name)

@@ -17,6 +17,9 @@ Causes and the codes they are reported under (the linter's vocabulary):
   TAP103 tensor-not-watched    the source tensor was never `watch`ed
   TAP103 variable-not-watched  `watch_accessed_variables=False` and no `watch`
   TAP103 integer-source        the source has an integer dtype
+  TAP103 non-trainable-source  the source is a non-trainable variable (BatchNorm
+                               moving statistics in a cached `model.variables`)
+  TAP103 watched-after-use     `tape.watch(x)` comes after the line that used `x`
   (none) not-connected         traced code, no path at all from the source to
                                the target: the target does not depend on it
                                (a bias under a derivative); not a mistake
@@ -255,13 +258,20 @@ def target_cut_off(info, targets, names, sources=()) -> Cause:
                  op, at, frames=frames)
 
 
-def source_cause(info, tape, handle, source, watched_handles, other_tapes, targets) -> Cause:
+def source_cause(info, tape, handle, source, watched_handles, other_tapes, targets, text=None) -> Cause:
     where = block_text(info)
     if is_integer(source):
         return Cause("TAP103", "integer-source",
                      "source {names} has an integer dtype: tapes watch only floating point tensors, so its gradient is None",
                      "Cast the source to a float dtype before watching it.")
     if is_variable(source):
+        if id(source.handle) not in watched_handles and getattr(source, "trainable", True) is False and info.watch_vars:
+            return Cause("TAP103", "non-trainable-source",
+                         "source {names} is a non-trainable variable (a BatchNormalization moving statistic, a "
+                         "`trainable=False` weight): the tape watches only trainable variables, so its gradient is "
+                         "None and the optimizer skips it",
+                         "Ask for `model.trainable_variables` (not `model.variables` or `model.weights`, nor a list "
+                         "cached from them).")
         if id(source.handle) not in watched_handles:
             if not info.watch_vars:
                 return Cause("TAP103", "variable-not-watched",
@@ -278,6 +288,15 @@ def source_cause(info, tape, handle, source, watched_handles, other_tapes, targe
                      f"source {{names}} is a tensor never watched by the tape made at line "
                      f"{info.site.line if info.site else '?'}: its gradient is None",
                      "Call `tape.watch(x)` inside the `with` block, before using it.")
+    late = None if is_variable(source) else watched_after_use(info, source, text)
+    if late is not None:
+        watch_line, used = late
+        return Cause("TAP103", "watched-after-use",
+                     f"source {{names}} is watched at line {watch_line}, after line {used} already used it "
+                     f"(`{_line_text(info.site.path, used)}`): the tape records only what follows the `watch`, so "
+                     "its gradient is None",
+                     f"Move `{_line_text(info.site.path, watch_line)}` up, first in the `with` block, before line "
+                     f"{used} uses `{text}`.")
     op, at, frames = graph_cut_frames(targets, source)
     if op is None and targets and _is_eager(targets[0]):
         op, at = optrace.eager_cut(info, targets, ops.tensor_id(source.handle if is_variable(source) else source))
@@ -290,6 +309,33 @@ def source_cause(info, tape, handle, source, watched_handles, other_tapes, targe
                  f"the target does not depend on source {{names}} through differentiable ops{found}: its gradient is None",
                  "Remove the non-differentiable op between this source and the loss, or drop the source.",
                  op, at, certain=op is not None, frames=frames)
+
+
+def watched_after_use(info, source, text):
+    """(the `watch` line, the earlier block line that used the source's name), or None."""
+    import linecache
+    import re
+
+    if not text or not text.isidentifier() or info.site is None or not _has_id(source):
+        return None
+    try:
+        watch = info.watch_sites.get(ops.tensor_id(source))
+    except (AttributeError, TypeError):
+        return None
+    if watch is None or watch.path != info.site.path or watch.line <= info.site.line:
+        return None
+    name = re.compile(rf"(?<![\w.]){re.escape(text)}\b(?!\s*=[^=])")
+    for number in range(info.site.line + 1, watch.line):
+        line = linecache.getline(watch.path, number).split("#", 1)[0]
+        if name.search(line) and ".watch(" not in line:
+            return watch.line, number
+    return None
+
+
+def _line_text(path, number) -> str:
+    import linecache
+
+    return linecache.getline(path, number).strip()
 
 
 def _source_id(source):

@@ -52,6 +52,7 @@ class Entry:
 
     __slots__ = (
         "apply_site",
+        "cancelled",
         "handle_id",
         "iterations",
         "model",
@@ -74,6 +75,7 @@ class Entry:
         self.op, self.op_site = None, None  # the zero-gradient op and its user line, when found
         self.traced = traced
         self.handle_id = None
+        self.cancelled = False  # its paths to the loss are linear: a zero gradient there is a cancellation
         self.model, self.name = None, None  # the model's name in the user's code, the variable's in the model
         self.serial = 0  # the order entries were made in: a nested probe reports the ones made while it ran
 
@@ -220,6 +222,7 @@ class NoLearning:
         try:
             for entry in trace.entries:
                 entry.op, entry.op_site = trace.cut_from(entry.handle_id)
+                entry.cancelled = entry.op is None and trace.cancels(entry.handle_id)
         except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
             report_internal_error(exc)
 
@@ -233,6 +236,7 @@ class NoLearning:
             for entry in trace.entries:
                 if entry.op is None:
                     entry.op, entry.op_site = trace.cut_from(entry.handle_id)
+                    entry.cancelled = entry.op is None and trace.cancels(entry.handle_id)
         self.waiting.clear()
         entries, self.entries = list(self.entries.values()), {}
         self.known.clear()
@@ -268,7 +272,7 @@ class NoLearning:
             if not keep:
                 entry.variable = entry.snapshot = entry.iterations = None
             steps = int(iterations.numpy()) - entry.start
-            if steps < (1 if entry.traced else 2):
+            if steps < (1 if entry.traced else 2) or entry.cancelled:
                 continue
             if not bool(tf.reduce_all(tf.equal(snapshot, variable))):
                 continue  # it moved: weight decay, or a gradient zero on some steps only
@@ -624,7 +628,7 @@ class _EagerTrace:
             label = _label(op_type, any(t.dtype.is_floating for t in inputs))
             index = len(self.ops)
             self.ops.append((label, tuple(ops.tensor_id(t) for t in outputs),
-                             sites.user_site(3) if label is not None else None))
+                             sites.user_site(3) if label is not None else None, _op_type(op_type)))
             for t in inputs:
                 self.consumers.setdefault(ops.tensor_id(t), []).append(index)
         except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
@@ -641,7 +645,7 @@ class _EagerTrace:
             if index in seen:
                 continue
             seen.add(index)
-            label, outputs, site = self.ops[index]
+            label, outputs, site, _ = self.ops[index]
             if label is not None:
                 if label[1] in ZERO_GRADIENT_OPS:
                     return label, site
@@ -649,6 +653,45 @@ class _EagerTrace:
             for tid in outputs:
                 queue.extend(self.consumers.get(tid, ()))
         return best if best is not None else (None, None)
+
+    def cancels(self, handle_id) -> bool:
+        """Whether the variable reaches everything recorded after it only through linear ops with a
+        non-zero derivative (`BiasAdd`, `Sub`, `Mean`...): then no single path can carry a zero, and
+        a zero gradient is its contributions cancelling (a WGAN critic's output bias in
+        `mean(critic(fake)) - mean(critic(real))`), not a cut. Any other op on the way (`Relu`, a
+        `MatMul` by data, `tf.sign`) and the answer is no: a real cut stays reported."""
+        if handle_id is None:
+            return False
+        queue, seen, passed = list(self.consumers.get(handle_id, ())), set(), False
+        while queue:
+            index = queue.pop(0)
+            if index in seen:
+                continue
+            seen.add(index)
+            label, outputs, _, op_type = self.ops[index]
+            if op_type in _NO_PATH:
+                continue  # carries no gradient on (a shape, `ones_like` of a traced target)
+            if label is not None or op_type not in _LINEAR:
+                return False
+            passed = passed or op_type != "ReadVariableOp"
+            for tid in outputs:
+                queue.extend(self.consumers.get(tid, ()))
+        return passed
+
+
+# Linear in their floating inputs with a derivative that is never zero: a path through these alone
+# carries a non-zero gradient (a product of +-1 and 1/n), so a zero can only come from paths cancelling.
+_LINEAR = {
+    "ReadVariableOp", "Identity", "Snapshot", "BiasAdd", "Add", "AddV2", "AddN", "Sub", "Neg", "Mean", "Sum",
+    "Reshape", "Squeeze", "ExpandDims", "Transpose", "BroadcastTo", "Tile", "ConcatV2", "Pack", "EnsureShape",
+}
+# Ops whose outputs carry no gradient back to their inputs (integers, shapes, fresh constants).
+_NO_PATH = {"Shape", "ShapeN", "Size", "Rank", "OnesLike", "ZerosLike", "Equal", "NotEqual", "Greater",
+            "GreaterEqual", "Less", "LessEqual", "IsFinite", "IsNan", "VarIsInitializedOp"}
+
+
+def _op_type(op_type) -> str:
+    return op_type.decode() if isinstance(op_type, bytes) else str(op_type)
 
 
 # -- user names -----------------------------------------------------------------------------------

@@ -63,6 +63,31 @@ def user_site(depth: int = 2) -> Site | None:
     return None
 
 
+def user_frame(depth: int = 2):
+    """(the innermost user frame above the caller, its site); in autograph code, the generated frame (its
+    locals bear the user's names) and the user's line it maps to."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if _AUTOGRAPH in filename:
+            return frame, _mapped_site()
+        if is_user_file(filename):
+            return frame, frame_site(frame)
+        frame = frame.f_back
+    return None, None
+
+
+def user_lines(depth: int = 2, limit: int = 8) -> tuple:
+    """(path, line) of the user frames on the stack, innermost first (at most `limit`)."""
+    frame, found = sys._getframe(depth), []
+    while frame is not None and len(found) < limit:
+        filename = frame.f_code.co_filename
+        if is_user_file(filename):
+            found.append((os.path.abspath(filename), frame.f_lineno))
+        frame = frame.f_back
+    return tuple(found)
+
+
 def outermost_call(kind: type, depth: int = 2) -> tuple[object, Site | None, dict]:
     """The outermost `kind` (a Keras layer) being called, the user's line that called it, its keywords.
 
@@ -70,23 +95,29 @@ def outermost_call(kind: type, depth: int = 2) -> tuple[object, Site | None, dic
     layer the innermost user frame would be the model's own `call` method, not
     the line in the training step that called the model.
     """
+    obj, site, given, _ = outermost_call_frame(kind, depth + 1)
+    return obj, site, given
+
+
+def outermost_call_frame(kind: type, depth: int = 2) -> tuple[object, Site | None, dict, object]:
+    """`outermost_call`, and the user's frame running that line (None in autograph code)."""
     frame, outermost, obj = sys._getframe(depth), None, None
     while frame is not None:
         if frame.f_code.co_name == "__call__" and isinstance(frame.f_locals.get("self"), kind):
             outermost, obj = frame, frame.f_locals["self"]
         frame = frame.f_back
     if outermost is None:
-        return None, None, {}
+        return None, None, {}, None
     given = outermost.f_locals.get("kwargs") or {}
     frame = outermost.f_back
     while frame is not None:
         filename = frame.f_code.co_filename
         if _AUTOGRAPH in filename:
-            return obj, _mapped_frame(frame), given
+            return obj, _mapped_frame(frame), given, None
         if is_user_file(filename):
-            return obj, frame_site(frame), given
+            return obj, frame_site(frame), given, frame
         frame = frame.f_back
-    return obj, None, given
+    return obj, None, given, None
 
 
 def _mapped_frame(frame) -> Site | None:

@@ -48,6 +48,7 @@ class TapeInfo:
         "untrained_calls",
         "user",
         "watch_vars",
+        "watch_sites",
         "watched_ids",
     )
 
@@ -60,6 +61,7 @@ class TapeInfo:
         self.enter_uid = None
         self.exit_uid = None
         self.watched_ids: set[int] = set()
+        self.watch_sites: dict[int, object] = {}  # tensor id -> the user's line of its `watch` (the first)
         self.grad_calls = 0
         self.first_call = None
         self.ops = None  # op records of one armed eager recording (see optrace)
@@ -242,11 +244,16 @@ class TapeHooks:
             result = original(self, tensor)
             info = hooks.infos.get(id(self)) if hooks.active else None
             if info is not None and info.user:
+                site = None
                 for t in nest.flatten(tensor, expand_composites=True):
                     try:
-                        info.watched_ids.add(ops.tensor_id(t))  # the tensor-id counter: never reused
+                        tid = ops.tensor_id(t)  # the tensor-id counter: never reused
                     except (AttributeError, TypeError):
-                        pass  # a variable: the tape lists those itself (watched_variables)
+                        continue  # a variable: the tape lists those itself (watched_variables)
+                    info.watched_ids.add(tid)
+                    if tid not in info.watch_sites and len(info.watch_sites) < 64:
+                        site = site or sites.user_site()
+                        info.watch_sites[tid] = site
             return result
 
         return watch
@@ -409,7 +416,8 @@ class TapeHooks:
         watched_handles = {id(v.handle) for v in tape.watched_variables()}
         cut = []
         for source in none_sources:
-            cause = diagnose.source_cause(info, tape, handle, source, watched_handles, others, targets)
+            cause = diagnose.source_cause(info, tape, handle, source, watched_handles, others, targets,
+                                          names.get(id(source)))
             if cause.cause == "variable-not-read":
                 cause = derived.cause_for(source, site) or cause  # read only in build/__init__: TAP106
             if cause.cause not in ("no-differentiable-path", "not-connected"):

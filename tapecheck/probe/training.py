@@ -24,7 +24,7 @@ import functools
 import threading
 import weakref
 
-from tapecheck.probe import sites
+from tapecheck.probe import names, sites
 from tapecheck.probe.patching import subclasses
 from tapecheck.probe.report import report_internal_error
 
@@ -37,6 +37,7 @@ class TrainingFlagHooks:
         self.tapes = tape_hooks
         self.local = threading.local()
         self.active = True
+        self.names: dict[tuple, str | None] = {}  # (path, line, id(model)) -> the user's name for it there
 
     def install(self, patcher):
         import keras
@@ -88,14 +89,32 @@ class TrainingFlagHooks:
     def _untrained(self, layer, recording):
         import keras
 
-        model, site, given = sites.outermost_call(keras.Layer, depth=4)
+        model, site, given, frame = sites.outermost_call_frame(keras.Layer, depth=4)
         if model is None or given.get("training") is not None or site is None:
             return
-        note = (site, weakref.ref(model), type(layer).__name__)
+        note = (site, weakref.ref(model), type(layer).__name__,
+                self._name(model, frame, site, fallback=False))
         for info in recording:
             if info.untrained_calls is None:
                 info.untrained_calls = {}
             info.untrained_calls.setdefault(id(model), note)
+
+    def _name(self, model, frame, site, fallback=True):
+        """The model's name in the user's line (`self.encoder`), looked up once per line and model; with
+        `fallback`, its holder's or Keras's name when the line has none (a garbage-collector walk: only
+        when reporting, and once)."""
+        key = (site.path, site.line, id(model))
+        if key not in self.names:
+            if len(self.names) > 1024:
+                self.names.clear()
+            try:
+                self.names[key] = names.from_frame(model, frame, site.path, site.line)
+            except Exception:  # noqa: BLE001 - names are a nicety
+                self.names[key] = None
+        name = self.names[key]
+        if name is None and fallback:
+            name = self.names[key] = names.user_name(model)
+        return name
 
     def _gradient_taken(self, info, sources):
         calls, info.untrained_calls = info.untrained_calls, None
@@ -104,16 +123,16 @@ class TrainingFlagHooks:
         from tensorflow.python.util import nest
 
         wanted = {id(s) for s in nest.flatten(sources)}
-        for site, model_ref, layer_name in calls.values():
+        for site, model_ref, layer_name, name in calls.values():
             model = model_ref()
             if model is None or not wanted & {id(v) for v in model.trainable_variables}:
                 continue  # not the model being trained (a frozen teacher, a target network)
-            name = getattr(model, "name", type(model).__name__)
+            name = name or self._name(model, None, site)
             self.collector.add(
                 site, "TAP403", "training-flag-missing",
                 f"`{name}` runs its {layer_name} layer in inference mode here while its variables are trained "
                 "(called without `training=True`): dropout is off and batch-norm statistics never update",
-                "Call the model with `training=True` inside the tape.",
+                f"Call `{name}(..., training=True)` inside the tape.",
             )
 
     def _validated_in_training_mode(self, layer):
@@ -123,16 +142,16 @@ class TrainingFlagHooks:
 
         from tapecheck.rules.tap403_missing_training_flag import VALIDATION_STEP
 
-        model, site, _ = sites.outermost_call(keras.Layer, depth=4)
+        model, site, _, frame = sites.outermost_call_frame(keras.Layer, depth=4)
         function = _function_at(site)
         if site is None or not function or not re.fullmatch(VALIDATION_STEP, function):
             return
-        name = getattr(model, "name", type(model).__name__)
+        name = self._name(model, frame, site)
         self.collector.add(
             site, "TAP403", "training-flag-in-validation",
             f"`{name}` runs its {type(layer).__name__} layer in training mode in `{function}`, with no tape "
             "recording: validation results become random and batch-norm statistics learn from validation data",
-            "Call the model with `training=False` when validating.",
+            f"Call `{name}(..., training=False)` when validating.",
         )
 
 

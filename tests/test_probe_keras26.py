@@ -1,0 +1,121 @@
+"""Issue 26 on real TensorFlow: what Keras does for the user, named as the user's code names it.
+
+Each `fixtures/probe/keras26/bad_*.py` is a training program (a trainer class, a
+plain loop over NumPy batches, `fit` with custom pieces) with one mistake that
+lives in what Keras does or does not do for you; its `good_*.py` twin has the fix.
+All run in this process as modules (one TensorFlow import), `main()` under a probe.
+
+Checked: a bad program gets exactly its `# probe-expect:` findings, naming the
+object as the user's code does (`acc`, `self.net`, not `binary_accuracy` or
+`sequential`) in a hint that can be pasted; the twin gets none; `main()` returns
+the same values with and without the probe; every patched object is put back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import runpy
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from probe_objects import assert_restored, patched_objects
+
+import tapecheck
+from tapecheck.lint import lint_file
+
+FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "keras26"
+EXPECT = re.compile(r"#\s*probe-expect:\s*(TAP\d{3})")
+BAD = sorted(FOLDER.glob("bad_*.py"))
+GOOD = sorted(FOLDER.glob("good_*.py"))
+
+# fixture -> the name in the message and the hint that can be pasted
+NAMES = {
+    "bad_plain_loop_metric.py": ("metric `acc` is read here", "Call `acc.reset_state()` at the start of each epoch."),
+    "bad_trainer_dropout_flag.py": ("`self.net` runs its Dropout layer", "Call `self.net(..., training=True)` inside the tape."),
+    "bad_fit_metrics_property.py": ("metric `self.acc_tracker` is updated here under `fit`, but `fit` never resets it",
+                                    "Return `self.acc_tracker` from the model's `metrics` property too "
+                                    "(`fit` resets only what it returns)."),
+    "bad_compile_metric_fn.py": ("metric `mae_state` is updated here under `fit`", "Make `mae_state` an attribute of "
+                                 "the model (Keras tracks it and `fit` resets it), or compute the value without a "
+                                 "metric object (a plain function given to `compile` is averaged by Keras)."),
+    "bad_partial_reset_metric.py": ("`MeanAbsError.reset_state()` does not reset `count`",
+                                    "Reset every variable in `reset_state` (`for v in self.variables: "
+                                    "v.assign(tf.zeros_like(v))`, or each one to its starting value)."),
+    "bad_compiled_metrics_shim.py": ("the `Mean` tracker `loss` with `y_pred` alone",
+                                     "Update the trackers yourself: `self.compute_loss(x, y, y_pred)` for the loss, "
+                                     "then `m.update_state(loss)` for the loss tracker and `m.update_state(y, y_pred)` "
+                                     "for the other metrics."),
+    "bad_cached_variables_batchnorm.py": ("is a non-trainable variable (a BatchNormalization moving statistic",
+                                          "Ask for `model.trainable_variables` (not `model.variables` or "
+                                          "`model.weights`, nor a list cached from them)."),
+    "bad_gp_watch_after_use.py": ("source `mixed` is watched at line 32, after line 31 already used it",
+                                  "Move `gp_tape.watch(mixed)` up, first in the `with` block, before line 31 uses "
+                                  "`mixed`."),
+    "bad_reset_states_override.py": ("`BestBatchError.reset_states()` overrides Keras 2's method, which Keras 3 never "
+                                     "calls", "Rename it to `reset_state(self)` (singular)."),
+}
+
+LINT_TOO = {"bad_plain_loop_metric.py"}
+
+
+def load(path: Path):
+    sys.path.insert(0, str(FOLDER))
+    for name in [n for n, m in sys.modules.items() if n.startswith("_") and
+                 str(getattr(m, "__file__", "") or "").startswith(str(FOLDER))]:
+        del sys.modules[name]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return runpy.run_path(str(path), run_name="keras26_fixture")
+    finally:
+        sys.path.remove(str(FOLDER))
+
+
+def run(path: Path):
+    """(findings, main()'s value under the probe, main()'s value without it)."""
+    module = load(path)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        with tapecheck.probe() as p:
+            probed = module["main"]()
+        plain = module["main"]()
+    return p.findings, probed, plain
+
+
+def expected(path: Path):
+    return sorted((path.name, number, m.group(1))
+                  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+                  if (m := EXPECT.search(line)))
+
+
+def test_every_bad_fixture_has_a_good_twin_and_names_to_check():
+    assert [p.name.removeprefix("bad_") for p in BAD] == [p.name.removeprefix("good_") for p in GOOD]
+    assert {p.name for p in BAD} == set(NAMES)
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
+def test_the_mistake_is_reported_at_its_line_with_the_users_name(path):
+    before = patched_objects()
+    findings, probed, plain = run(path)
+    assert_restored(before)
+    assert sorted((Path(f.path).name, f.line, f.code) for f in findings) == expected(path)
+    assert probed == plain  # the probe changes nothing the program computes
+    (finding,) = findings
+    said, hint = NAMES[path.name]
+    assert said in finding.message and finding.hint == hint
+    # the lint says the same at the same line where it sees the mistake too (the others are run time only)
+    if path.name in LINT_TOO:
+        assert (finding.line, finding.code) in {(f.line, f.code) for f in lint_file(str(path)).findings}
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: p.name)
+def test_the_twin_is_silent(path):
+    findings, probed, plain = run(path)
+    assert findings == [] and probed == plain
