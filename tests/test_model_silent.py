@@ -142,3 +142,12 @@ def test_tf_variables_on_a_keras_3_layer_are_never_trained():
     assert (bad_variables, good_variables) == (0, 2)
     assert bad[-1] == pytest.approx(bad[0])  # nothing moves: every epoch is the untrained model's loss
     assert good[-1] < good[0] / 10  # the same layer with Keras's own weights learns the line
+
+
+def test_a_metric_made_in_the_per_epoch_function_is_fresh_every_epoch():
+    bad_reported, truth = run("bad", "epoch_metric_in_helper.py", 3)
+    good_reported, good_truth = run("good", "epoch_metric_in_helper.py", 3)
+    assert truth == pytest.approx(good_truth, rel=1e-5)  # the same training
+    assert good_reported == pytest.approx(truth, rel=1e-5)  # made per call: each epoch's own mean
+    assert bad_reported[2] == pytest.approx(sum(truth) / 3, rel=1e-4)  # never reset: all epochs so far
+    assert bad_reported[2] - truth[2] > 0.5
