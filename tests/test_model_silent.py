@@ -151,3 +151,8 @@ def test_a_metric_made_in_the_per_epoch_function_is_fresh_every_epoch():
     assert good_reported == pytest.approx(truth, rel=1e-5)  # made per call: each epoch's own mean
     assert bad_reported[2] == pytest.approx(sum(truth) / 3, rel=1e-4)  # never reset: all epochs so far
     assert bad_reported[2] - truth[2] > 0.5
+
+
+def test_a_notebook_tape_bound_again_by_the_next_cell_is_dropped_and_only_the_last_is_kept():
+    assert run("bad", "notebook_tape_cells.py") == ["tape"]  # the second cell's tape, never deleted
+    assert run("good", "notebook_tape_cells.py") == []
