@@ -8,7 +8,9 @@ a NumPy call (`np.mean`, `np.array`...), `float()`, `int()`, `round()`, a
 comparison (`pred > 0.5`, a hard mask), `tf.cast` to an integer or boolean
 dtype, `argmax`/`argmin`/`round`/`floor`/`ceil`, or a Python `if` on a tensor
 that picks a constant, or `model.predict(x)` (Keras runs the model in its own
-loop and returns NumPy); and `tf.sign`, whose gradient is zero rather than None:
+loop and returns NumPy: only where `model` is known to be a Keras model, or the
+call passes a keyword only Keras's `predict` takes, such as `verbose=0`; a
+`predict` method of a class of your own is followed, or left alone); and `tf.sign`, whose gradient is zero rather than None:
 the weights behind it never move, and nothing warns.
 
 The program model follows the path into the functions the tape calls: a helper
