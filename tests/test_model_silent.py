@@ -157,3 +157,17 @@ def test_a_gradient_penalty_computed_before_the_critic_tape_adds_nothing_to_its_
 def test_an_optimizer_v2_hook_on_a_keras_3_sgd_subclass_is_never_called():
     assert run("bad", "langevin_optimizer_hooks.py") == 0.0  # plain SGD: no noise in any run
     assert run("good", "langevin_optimizer_hooks.py") > 0.1
+
+
+def test_a_metric_made_in_the_per_epoch_function_is_fresh_every_epoch():
+    bad_reported, truth = run("bad", "epoch_metric_in_helper.py", 3)
+    good_reported, good_truth = run("good", "epoch_metric_in_helper.py", 3)
+    assert truth == pytest.approx(good_truth, rel=1e-5)  # the same training
+    assert good_reported == pytest.approx(truth, rel=1e-5)  # made per call: each epoch's own mean
+    assert bad_reported[2] == pytest.approx(sum(truth) / 3, rel=1e-4)  # never reset: all epochs so far
+    assert bad_reported[2] - truth[2] > 0.5
+
+
+def test_a_notebook_tape_bound_again_by_the_next_cell_is_dropped_and_only_the_last_is_kept():
+    assert run("bad", "notebook_tape_cells.py") == ["tape"]  # the second cell's tape, never deleted
+    assert run("good", "notebook_tape_cells.py") == []

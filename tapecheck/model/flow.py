@@ -104,7 +104,7 @@ class Tracer:
                     value.cut_all(Cut(call.site, f"the comparison `{call.operator}`"))
                 elif callee_of(facts, call) in STOP_GRADIENT_CALLS:
                     value.cut_all(Cut(call.site, describe(call), deliberate=True))
-                elif cuts(facts, call) or (method_of(call) in PREDICT_METHODS and model.resolve(call) is None):
+                elif cuts(facts, call) or (method_of(call) in PREDICT_METHODS and _keras_predict(model, call)):
                     # `model.predict(x)`: Keras runs the model outside any tape and returns NumPy
                     value.cut_all(Cut(call.site, describe(call), zero=callee_of(facts, call) in ZERO_GRADIENT_OPS))
                 else:
@@ -272,3 +272,19 @@ def _element_of(comprehensions, name: str, order: int):
 def _is_index(facts, call) -> bool:
     callee = callee_of(facts, call)
     return callee in INDEX_CALLS or callee.startswith("numpy.random.")
+
+
+# keywords only Keras's `Model.predict` takes: a call passing one is Keras's own
+PREDICT_KEYWORDS = frozenset({"verbose", "batch_size", "steps", "callbacks"})
+
+
+def _keras_predict(model, call: Call) -> bool:
+    """Whether `x.predict(...)` is known to be Keras's `Model.predict` (run outside the tape,
+    NumPy out): the receiver is known to hold a Keras model, or the call passes a keyword only
+    Keras's takes (`verbose=0`). A `predict` of a class of the user's own (a teacher, an agent)
+    is not; where the model cannot tell, it is no cut."""
+    if model.resolve(call) is not None:
+        return False  # a function of this project
+    if set(call.keywords) & PREDICT_KEYWORDS:
+        return True
+    return bool(call.receiver) and model.holds_a_model(call.receiver, call.site)

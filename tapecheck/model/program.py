@@ -97,6 +97,19 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         return [c for c in self.facts.comprehensions if start <= c.span[0] and c.span[1] <= end] \
             if self.facts.comprehensions else []
 
+    def repeats_in_comprehension(self, site) -> bool:
+        """Whether an event inside a comprehension (or a lambda) may run more than once per run of
+        the code around it. The outermost `for`'s iterable is evaluated once, in the enclosing
+        scope (`[clip(g) for g in tape.gradient(loss, variables)]` asks once); the element, the
+        conditions and the inner `for`s run once per item; a lambda's body, once per call."""
+        if not site.in_comprehension:
+            return False
+        order = site.order
+        around = [c for c in self.facts.comprehensions if c.span[0] < order <= c.span[1]]
+        if not around:
+            return True  # in a lambda
+        return not all(c.fors and c.fors[0][1][0] < order <= c.fors[0][1][1] for c in around)
+
     def compares_in(self, span: tuple[int, int]) -> list:
         """The comparisons whose events lie in an order span."""
         if self._compare_orders is None:

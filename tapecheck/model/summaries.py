@@ -109,7 +109,7 @@ class Summaries:
         """"in a comprehension" / "in the loop at line 7" when `call` may run more than
         once per call of its function; "" otherwise (a loop it leaves right after, by `return`/`break`)."""
         facts = self.facts
-        if call.site.in_comprehension:
+        if self.repeats_in_comprehension(call.site):
             return "in a comprehension"
         loops = facts.loops_between(None, call.site)
         if not loops or facts.exits_after(call.site):

@@ -39,7 +39,7 @@ grads = tape.gradient(y, [w, b])  # [3.0, 1.0]
 ```
 '''
 
-from tapecheck.model import model_of
+from tapecheck.model import VARIABLE_CLASSES, model_of
 from tapecheck.rules._common import flatten, report
 
 CODE = "TAP102"
@@ -170,7 +170,16 @@ def _known_binding(model, source, site) -> bool:
         assigns = [a for a, _ in model.attribute_assigns(klass, attribute)] if klass is not None else []
     else:
         assigns = model.assigns_reaching(source, site)
-    return bool(assigns) and all(a.kind == "assign" for a in assigns)
+    return bool(assigns) and all(a.kind == "assign" and _made_here(a.value) for a in assigns)
+
+
+def _made_here(value) -> bool:
+    """The value is made by a TensorFlow call (`tf.Variable(0.0)`, `tf.constant(x)`): the name is
+    the only way to it. A list gathered from objects (`net.trainable_variables`, `enc.weights +
+    dec.weights`, `list(...)`, a helper's result) holds variables the tape records through calls
+    of those objects, which the name never shows: the model cannot tell, so no finding."""
+    return value is not None and value.kind == "call" and (
+        value.callee.startswith("tensorflow.") or value.callee in VARIABLE_CLASSES)
 
 
 def check(facts):

@@ -8,7 +8,9 @@ a NumPy call (`np.mean`, `np.array`...), `float()`, `int()`, `round()`, a
 comparison (`pred > 0.5`, a hard mask), `tf.cast` to an integer or boolean
 dtype, `argmax`/`argmin`/`round`/`floor`/`ceil`, or a Python `if` on a tensor
 that picks a constant, or `model.predict(x)` (Keras runs the model in its own
-loop and returns NumPy); and `tf.sign`, whose gradient is zero rather than None:
+loop and returns NumPy: only where `model` is known to be a Keras model, or the
+call passes a keyword only Keras's `predict` takes, such as `verbose=0`; a
+`predict` method of a class of your own is followed, or left alone); and `tf.sign`, whose gradient is zero rather than None:
 the weights behind it never move, and nothing warns.
 
 The program model follows the path into the functions the tape calls: a helper
@@ -729,6 +731,9 @@ def _compiled(model, reported):
         fn = model.resolve_instance_method(call.receiver, call.site, "call")
         if fn is None or not fn.bound or not model.is_keras(fn.owner):
             continue
+        step = model.resolve_instance_method(call.receiver, call.site, "train_step")
+        if step is not None and not _runs_call(model, step):
+            continue  # fit runs the override, which never runs `call`: a cut there is not in fit's gradients
         found = _cut_of(model, fn, fn.self_name, call, reported)
         if found is None:
             continue
@@ -740,6 +745,14 @@ def _compiled(model, reported):
             _hint(cut), _details(cut, facts.path, fit_line=call.site.line),
         )
 
+
+
+def _runs_call(model, step) -> bool:
+    """Whether a `train_step` override runs the model's `call`: `self(x)` or `self.call(x)` in its
+    body (a cut in a `call` used only elsewhere, to make display images, is not in fit's gradients)."""
+    me = step.self_name
+    return bool(me) and any(c.func.text in (me, f"{me}.call", f"{me}.__call__")
+                            for c in model.calls_in_scope(step.block.id))
 
 
 def _weights(model, klass) -> dict[str, object]:

@@ -256,8 +256,9 @@ def check(facts):
                     hint,
                 )
                 continue
-            if call.site.in_comprehension or (loops and not facts.exits_after(call.site)):
-                where = "in a comprehension" if call.site.in_comprehension and not loops else f"in the loop at line {facts.blocks[loops[0]].line}"
+            repeats = model.repeats_in_comprehension(call.site)
+            if repeats or (loops and not facts.exits_after(call.site)):
+                where = "in a comprehension" if repeats and not loops else f"in the loop at line {facts.blocks[loops[0]].line}"
                 yield report(
                     facts, call.site, CODE,
                     f"non-persistent {label} (made at line {tape.site.line}) is asked for gradients {where}{_asked(use)}; "

@@ -225,6 +225,10 @@ def check(facts):
             continue
         scope = facts.blocks[facts.scope_of(tape.site)]
         deleted = any(d.target == tape.name and d.site.order > tape.site.order for d in facts.deletes)
+        # a later tape bound to the same name drops this one (a notebook's next cell reusing `tape`)
+        deleted = deleted or any(
+            other.name == tape.name and other.site.order > tape.site.order
+            and facts.scope_of(other.site) == facts.scope_of(tape.site) for other in facts.tapes)
         if scope.kind == "module" and not deleted:
             yield report(
                 facts, tape.site, CODE,

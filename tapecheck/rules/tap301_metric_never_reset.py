@@ -142,6 +142,21 @@ for epoch in range(3):
         loss(y)
     print(acc.result(), loss.result())
 """,
+    # made in the function that runs one epoch: a fresh metric on every call
+    """
+import tensorflow as tf
+def train_epoch(model, opt, ds):
+    epoch_loss = tf.keras.metrics.Mean()
+    for x, y in ds:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        epoch_loss.update_state(loss)
+    return epoch_loss.result()
+def fit(model, opt, ds, epochs):
+    for epoch in range(epochs):
+        print(epoch, train_epoch(model, opt, ds))
+""",
     # re-created each epoch
     """
 import tensorflow as tf
@@ -221,6 +236,9 @@ def check(facts):
         finding, through = _first_epoch_read(facts, model, reads, updates)
         if finding is None:
             continue
+        if through is not None and "." not in name and all(
+                facts.scope_of(b.site) == facts.scope_of(finding.site) for b in bindings):
+            continue  # a local of the per-epoch function: a fresh metric on every call
         epoch_scope = through.scope if through is not None else facts.scope_of(finding.site)
         once = [c for c in own_resets if _runs_once(facts, c, epoch_scope)]
         if len(once) != len(own_resets):

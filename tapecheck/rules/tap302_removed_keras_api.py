@@ -433,6 +433,21 @@ def _shown(path) -> str:
     return f"`{text!r}`{where}" if whole else f"a path ending in `{text}`{where}"
 
 
+def _keras_optimizer_at(facts, model, call) -> bool:
+    """Every binding that may reach the receiver here makes a Keras optimizer (where none is
+    known, every binding of that name in the file does). A name is not a type: the same name
+    bound elsewhere to a `tf.compat.v1.train` optimizer, which has `minimize`, says nothing."""
+    assigns = model.assigns_of(call.receiver, call.site) or [a for a in facts.assigns if a.target == call.receiver]
+    for a in assigns:
+        value = a.value
+        if a.kind != "assign" or value is None or value.kind != "call" or not value.func_text:
+            return False
+        callee = model.resolved(value.func_text, a.site)
+        if not is_keras_class(callee, "optimizers") or _is_legacy(callee):
+            return False
+    return bool(assigns)
+
+
 def _is_legacy(callee: str) -> bool:
     return ".optimizers.legacy." in f"{callee}." and is_keras_class(callee, "optimizers")
 
@@ -536,7 +551,8 @@ def check(facts):
                 "Pass a schedule instead: `decay=d` stood for `lr / (1 + d * step)`, which is "
                 "`learning_rate=keras.optimizers.schedules.InverseTimeDecay(lr, decay_steps=1, decay_rate=d)`.",
             ), "decay", None)  # Keras 2's new optimizers (2.11+): not measured here, silent
-        elif call.method == "minimize" and call.receiver in optimizers and not optimizers[call.receiver]:
+        elif call.method == "minimize" and call.receiver in optimizers and not optimizers[call.receiver] \
+                and _keras_optimizer_at(facts, model, call):
             yield _with(report(
                 facts, call.site, CODE,
                 f"`{call.receiver}.minimize()` was removed from Keras 3 optimizers: AttributeError",
