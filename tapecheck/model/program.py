@@ -110,6 +110,21 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
             return True  # in a lambda
         return not all(c.fors and c.fors[0][1][0] < order <= c.fors[0][1][1] for c in around)
 
+    def expects_error(self, site) -> bool:
+        """Whether `site` is inside `with self.assertRaises(...)`, `assertRaisesRegex`, or
+        `pytest.raises(...)`: a test that makes the call fail on purpose."""
+        facts = self.facts
+        withs = [b for b in facts.chain(site.block) if facts.blocks[b].kind == "with"]
+        if not withs:
+            return False
+        index = self.memo.get("error-expecting withs")
+        if index is None:
+            index = self.memo["error-expecting withs"] = {
+                (call.site.block, call.site.line) for call in self.spans.calls
+                if call.func.text.rpartition(".")[2] in ("assertRaises", "assertRaisesRegex", "assertRaisesRegexp", "raises")
+            }
+        return any((facts.blocks[b].parent, facts.blocks[b].line) in index for b in withs)
+
     def compares_in(self, span: tuple[int, int]) -> list:
         """The comparisons whose events lie in an order span."""
         if self._compare_orders is None:
