@@ -190,8 +190,40 @@ class FileFacts:
     _indexed: int = field(default=0, repr=False)
     _tapes_at: dict | None = field(default=None, repr=False)
     _tapes_indexed: int = field(default=0, repr=False)
-    _calls_by_receiver: dict | None = field(default=None, repr=False)
-    _calls_indexed: int = field(default=0, repr=False)
+    # indexes built once per file for the rules (after the walk): see _fresh()
+    _index_key: tuple = field(default=(), repr=False, compare=False)
+    _recording: dict = field(default_factory=dict, repr=False, compare=False)  # block id -> tapes recording there
+    _exits_by_block: dict = field(default_factory=dict, repr=False, compare=False)
+    _functions_by_parent: dict = field(default_factory=dict, repr=False, compare=False)
+    _escaping_uses: dict = field(default_factory=dict, repr=False, compare=False)  # (name, scope) -> argument/other uses
+    _tape_calls_at: dict = field(default_factory=dict, repr=False, compare=False)  # (receiver, scope) -> attribute calls
+    _calls_by_scope: dict = field(default_factory=dict, repr=False, compare=False)
+    _tapes_by_with: dict | None = field(default=None, repr=False, compare=False)  # with block -> tape indexes
+    _assigns_by_scope: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def _fresh(self) -> None:
+        """Drop the per-file indexes when the facts grew since they were built (the walk adds as it goes)."""
+        # a tape's next `with` is a new block, so the counts see it too
+        key = (len(self.blocks), len(self.tapes), len(self.calls), len(self.uses), len(self.exits), len(self.assigns))
+        if key != self._index_key:
+            self._index_key = key
+            self._recording, self._exits_by_block, self._functions_by_parent = {}, {}, {}
+            self._tapes_by_with = None
+            self._escaping_uses, self._tape_calls_at, self._calls_by_scope, self._assigns_by_scope = {}, {}, {}, {}
+            for assign in self.assigns:
+                self._assigns_by_scope.setdefault(self.scope_of(assign.site), []).append(assign)
+            for exit in self.exits:
+                self._exits_by_block.setdefault(exit.site.block, []).append(exit)
+            for block in self.blocks:
+                if block.kind == "function":
+                    self._functions_by_parent.setdefault(block.parent, []).append(block)
+            for use in self.uses:
+                if use.context in ("argument", "other"):
+                    self._escaping_uses.setdefault((use.name, self.scope_of(use.site)), True)
+            for call in self.calls:
+                self._calls_by_scope.setdefault(self.scope_of(call.site), []).append(call)
+                if call.func.kind == "attribute":
+                    self._tape_calls_at.setdefault((call.receiver, self.scope_of(call.site)), []).append(call)
 
     # -- blocks -------------------------------------------------------------
     def chain(self, block_id: int) -> list[int]:
@@ -208,6 +240,16 @@ class FileFacts:
         self._chains[block_id] = out
         return out
 
+    def calls_in_scope(self, scope: int) -> list[Call]:
+        """The calls made directly in one scope, in the order of `self.calls` (indexed once per file)."""
+        self._fresh()
+        return self._calls_by_scope.get(scope, [])
+
+    def assigns_in_scope(self, scope: int) -> list[Assign]:
+        """The bindings made directly in one scope, in the order of `self.assigns` (indexed once per file)."""
+        self._fresh()
+        return self._assigns_by_scope.get(scope, [])
+
     def scope_of(self, site: Site) -> int:
         return self.blocks[site.block].scope
 
@@ -216,7 +258,8 @@ class FileFacts:
 
     def exits_after(self, site: Site) -> bool:
         """A `return`/`break`/`raise` later in the suite of `site`: a loop around it ends that pass there."""
-        return any(e.site.block == site.block and e.site.order > site.order and e.kind != "continue" for e in self.exits)
+        self._fresh()
+        return any(e.site.order > site.order and e.kind != "continue" for e in self._exits_by_block.get(site.block, ()))
 
     def loops_between(self, outer: Site | None, inner: Site) -> list[int]:
         """Loop blocks that hold `inner` but not `outer`, within inner's scope."""
@@ -247,11 +290,8 @@ class FileFacts:
         return None
 
     def methods_of(self, class_block: Block) -> set[str]:
-        return {
-            b.name
-            for b in self.blocks
-            if b.kind == "function" and b.parent == class_block.id
-        }
+        self._fresh()
+        return {b.name for b in self._functions_by_parent.get(class_block.id, ())}
 
     # -- names --------------------------------------------------------------
     def resolve(self, dotted: str) -> str:
@@ -306,6 +346,22 @@ class FileFacts:
             return False
         return any(bid in chain for bid in tape.with_blocks)
 
+    def recording(self, site: Site) -> list[Tape]:
+        """The tapes recording at `site` (`records` of each tape), in the order of `self.tapes`;
+        worked out once per block."""
+        self._fresh()
+        found = self._recording.get(site.block)
+        if found is None:
+            if self._tapes_by_with is None:
+                self._tapes_by_with = {}
+                for index, tape in enumerate(self.tapes):
+                    for bid in tape.with_blocks:
+                        self._tapes_by_with.setdefault(bid, []).append(index)
+            # only a tape with a `with` block on the chain can record here
+            candidates = sorted({i for bid in self.chain(site.block) for i in self._tapes_by_with.get(bid, ())})
+            found = self._recording[site.block] = [self.tapes[i] for i in candidates if self.records(self.tapes[i], site)]
+        return found
+
     def gradient_calls(self) -> list[tuple[Call, Tape]]:
         """Every `tape.gradient/jacobian/batch_jacobian(...)` whose tape is known."""
         found = []
@@ -320,22 +376,13 @@ class FileFacts:
         """Calls `tape.<method>(...)` made while this tape binding holds."""
         if not tape.name:
             return []
-        if self._calls_by_receiver is None or self._calls_indexed != len(self.calls):
-            self._calls_by_receiver = {}
-            for call in self.calls:
-                if call.func.kind == "attribute":
-                    self._calls_by_receiver.setdefault(call.receiver, []).append(call)
-            self._calls_indexed = len(self.calls)
-        scope = self.scope_of(tape.site)
+        self._fresh()
         return [
-            call for call in self._calls_by_receiver.get(tape.name, ())
-            if call.method in methods and self.scope_of(call.site) == scope and self.tape_for(tape.name, call.site) is tape
+            call for call in self._tape_calls_at.get((tape.name, self.scope_of(tape.site)), ())
+            if call.method in methods and self.tape_for(tape.name, call.site) is tape
         ]
 
     def tape_escapes(self, tape: Tape) -> bool:
         """The tape is handed to other code (a helper, a return, a container)."""
-        scope = self.scope_of(tape.site)
-        return any(
-            use.name == tape.name and use.context in ("argument", "other") and self.scope_of(use.site) == scope
-            for use in self.uses
-        )
+        self._fresh()
+        return (tape.name, self.scope_of(tape.site)) in self._escaping_uses

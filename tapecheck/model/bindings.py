@@ -49,15 +49,19 @@ class Bindings:
         reaching = facts.reaching_assigns(name, site)
         if reaching:
             return self._one(reaching, depth)
-        if any(a.target == name for a in self._assigns_by_scope.get(scope, ())):
+        if (scope, name) in self._assigns_by_scope_name:
             return None  # local to this function, bound later or on a path not seen: unknown
         scope = self._enclosing(scope)
         while scope is not None:
-            found = [a for a in self._assigns_by_scope.get(scope, ()) if a.target == name]
+            found = self.assigns_named_in(scope, name)
             if found:  # read when the inner function runs, later: every binding may hold
                 return self._one(found, depth) if all(a.kind in ("assign", "def") for a in found) else None
             scope = self._enclosing(scope)
         return self._imported(name, depth)
+
+    def assigns_named_in(self, scope: int, name: str) -> list:
+        """The bindings of `name` made in one scope, in the order of the facts (indexed once per file)."""
+        return list(self._assigns_by_scope_name.get((scope, name), ()))
 
     def assigns_in(self, scope: int) -> list:
         """The bindings made in one scope (its own statements, not nested functions')."""
@@ -71,11 +75,11 @@ class Bindings:
         if reaching:
             return reaching
         scope = facts.scope_of(site)
-        if any(a.target == name for a in self._assigns_by_scope.get(scope, ())):
+        if (scope, name) in self._assigns_by_scope_name:
             return []
         scope = self._enclosing(scope)
         while scope is not None:
-            found = [a for a in self._assigns_by_scope.get(scope, ()) if a.target == name]
+            found = self.assigns_named_in(scope, name)
             if found:
                 return found
             scope = self._enclosing(scope)
@@ -104,7 +108,7 @@ class Bindings:
         while scope is not None:
             if scope == bound_in:
                 return True
-            if any(a.target == name for a in self._assigns_by_scope.get(scope, ())):
+            if (scope, name) in self._assigns_by_scope_name:
                 return False
             scope = self._enclosing(scope)
         return False
@@ -169,8 +173,8 @@ class Bindings:
         facts = self.facts
         scope = facts.scope_of(site)
         loops = facts.loops_between(None, site)
-        for assign in self._assigns_by_scope.get(scope, ()):
-            if assign.target == name and assign.site.order > site.order and assign.kind in ("assign", "augassign"):
+        for assign in self._assigns_by_scope_name.get((scope, name), ()):
+            if assign.site.order > site.order and assign.kind in ("assign", "augassign"):
                 if any(facts.inside(assign.site, loop) for loop in loops):
                     return assign
         return None

@@ -49,6 +49,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         self._sum_starts: list[int] | None = None
         self._attributes: dict[tuple[int, str], object] = {}
         self._assigns_by_scope: dict[int, list] = {}
+        self._assigns_by_scope_name: dict[tuple[int, str], list] = {}  # assigns_named_in
         self._uses_by_head: dict[str, list] | None = None
         self._callers: dict[int, list] | None = None
         self._calls_by_name: dict[str, list] = {}
@@ -63,6 +64,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         params: dict[int, list[str]] = {}
         for assign in facts.assigns:
             self._assigns_by_scope.setdefault(facts.scope_of(assign.site), []).append(assign)
+            self._assigns_by_scope_name.setdefault((facts.scope_of(assign.site), assign.target), []).append(assign)
             if assign.kind == "param":
                 params.setdefault(assign.site.block, []).append(assign.target)
         for block in facts.blocks:
@@ -145,14 +147,14 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         other = load_module(facts.path, module, relative) if module else None
         if other is None:
             return None
-        found = [a for a in other._assigns_by_scope.get(0, ()) if a.target == attribute]
+        found = other.assigns_named_in(0, attribute)
         return found[0] if len(found) == 1 and found[0].kind == "assign" else None
 
     def module_binding(self, name: str, depth: int = 0):
         """What the module-level name `name` of this file is (for a file that imports it)."""
         if depth > MAX_ALIAS_DEPTH:
             return None
-        found = [a for a in self._assigns_by_scope.get(0, ()) if a.target == name]
+        found = self.assigns_named_in(0, name)
         if found:
             return self._one(found, depth) if all(a.kind in ("assign", "def") for a in found) else None
         return self._imported(name, depth)

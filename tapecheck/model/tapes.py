@@ -22,8 +22,8 @@ class Tapes:
         uses = [TapeUse(call) for call in facts.tape_calls(tape, GRADIENT_METHODS)]
         if tape.name and "." not in tape.name:
             scope = facts.scope_of(tape.site)
-            for call in self.spans.calls:
-                if call.method in GRADIENT_METHODS or facts.scope_of(call.site) != scope:
+            for call in self.calls_in_scope(scope):
+                if call.method in GRADIENT_METHODS:
                     continue
                 if not any(a.kind == "name" and a.text == tape.name for a in (*call.args, *call.keywords.values())):
                     continue

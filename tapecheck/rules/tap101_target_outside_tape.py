@@ -387,7 +387,7 @@ def _caller_passing_the_model(model, fn, param, owners, scope):
             if not uses or model.parameter(caller, fn, uses[0].site.order) != param:
                 continue
             if any(not shared.isdisjoint(prefixes(u.name)) for u in uses):
-                if not any(facts.records(t, caller.site) for t in facts.tapes):
+                if not facts.recording(caller.site):
                     return caller
     return None
 

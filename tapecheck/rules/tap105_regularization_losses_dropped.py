@@ -408,9 +408,8 @@ class _Search:
         facts = pm.facts
         scope = facts.scope_of(assign.site)
         later = [
-            c for c in pm.spans.calls
-            if c.receiver == name and c.method in ("add", "add_loss") and facts.scope_of(c.site) == scope
-            and c.site.order > assign.site.order
+            c for c in pm.calls_in_scope(scope)
+            if c.receiver == name and c.method in ("add", "add_loss") and c.site.order > assign.site.order
         ]
         for call in later:
             found = _penalty(pm, call) or self.calls(pm, pm.spans.calls_in(call_span(call)), depth)

@@ -760,14 +760,14 @@ def check(facts):
     yield from _sublayer_calls(model)
     if not _definitions(model) and not _mode_scopes(model) and not facts.imports and not facts.relative_imports:
         return
-    recorded = [c for c in facts.calls if any(facts.records(t, c.site) for t in facts.tapes)]
+    recorded = [c for c in facts.calls if facts.recording(c.site)]
     # functions a tape runs: a model called there without the flag is trained too
     under_tape = {fn.block.id for fn in map(model.resolve, recorded) if fn is not None}
     for call in facts.calls:
         if call.func.kind not in ("name", "attribute") or call.site.in_comprehension:
             continue
         if not (call.keywords or len(call.args) > 1 or facts.scope_of(call.site) in under_tape
-                or any(facts.records(t, call.site) for t in facts.tapes)):
+                or facts.recording(call.site)):
             continue  # not trained, and no mode given: nothing to say
         where = _model_of(model, call)
         name = call.func.text
@@ -775,7 +775,7 @@ def check(facts):
             # what the code itself says: the same model called with a literal `training=` elsewhere
             training = call.arg(1, "training")
             if training is None and name in _mode_calls(model):
-                tapes = [t for t in facts.tapes if facts.records(t, call.site)]
+                tapes = facts.recording(call.site)
                 # weaker evidence, so stricter: every tape recording it trains it (not the critic
                 # called for the generator's loss while the critic's tape also records)
                 if tapes and all(_trained_by(facts, spans, t, name) for t in tapes):
@@ -794,7 +794,7 @@ def check(facts):
             elif training is not None and training.value is True and _validating(facts, call):
                 function = facts.blocks[facts.scope_of(call.site)]
                 trained = lambda other: any(  # noqa: E731
-                    facts.records(t, other.site) and _trained_by(facts, spans, t, name) for t in facts.tapes
+                    _trained_by(facts, spans, t, name) for t in facts.recording(other.site)
                 )
                 other = _called_with(model, call, True, trained)
                 if other is not None:
@@ -811,7 +811,7 @@ def check(facts):
         flag = flags[0]
         training = _training_arg(model, call, flags)
         if training is None:
-            tapes = [t for t in facts.tapes if facts.records(t, call.site)]
+            tapes = facts.recording(call.site)
             trained = any(_trained_by(facts, spans, t, name) for t in tapes)
             through = "" if trained or tapes else _helper_in_a_tape(facts, model, spans, call, name)
             if (trained or through) and where.startswith("its `call`"):

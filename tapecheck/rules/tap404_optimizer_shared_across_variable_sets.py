@@ -66,6 +66,7 @@ def train_step(noise, real, d_loss_fn, g_loss_fn):
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 
 
 from tapecheck.model import SAME_LIST, Function, Klass, distributes, method_of, model_of, variable_owner
@@ -439,6 +440,22 @@ def _unknown_to(model, first_set, second_set):
     return None
 
 
+def _differing(sets):
+    """For an index i, the entries after `sets[i]` whose models are not the same keys as its own,
+    in order: two sets of the same models never give a finding (`_distinct` is False for one key),
+    so they are not paired, and N updates of one model cost N, not N^2 (grouped once per list)."""
+    keys = [frozenset(owner.key for owner in entry[2]) for entry in sets]
+    groups: dict = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+
+    def after(i):
+        later = sorted(j for key, indexes in groups.items() if key != keys[i]
+                       for j in indexes[bisect_right(indexes, i):])
+        return [sets[j] for j in later]
+    return after
+
+
 def _text(owners) -> str:
     return " + ".join(f"{o.text}.trainable_variables" for o in owners)
 
@@ -465,8 +482,9 @@ def check(facts):
             continue  # `.apply(...)` on something that may not be an optimizer
         sets = [(call, found, _variables(model, call)) for call, found in calls]
         sets = [entry for entry in sets if entry[2]]
+        differing = _differing(sets)
         for i, (one, found, one_set) in enumerate(sets):
-            for other, _, other_set in sets[i + 1:]:
+            for other, _, other_set in differing(i):
                 _, persistent, bound_at = found
                 same_scope = facts.scope_of(one.site) == facts.scope_of(other.site)
                 if same_scope:

@@ -499,12 +499,12 @@ def _tensor_names(facts, spans, function_id, params=None) -> set[str]:
     """Parameters of the function (those in `params`, when given) and the names computed from them
     or from TensorFlow calls."""
     names = {
-        a.target for a in facts.assigns
-        if a.kind == "param" and facts.scope_of(a.site) == function_id and a.target not in NOT_TENSORS
+        a.target for a in facts.assigns_in_scope(function_id)
+        if a.kind == "param" and a.target not in NOT_TENSORS
         and a.annotation not in PYTHON_ANNOTATIONS and (params is None or a.target in params)
     }
     local = sorted(
-        (a for a in facts.assigns if a.kind in ("assign", "augassign") and facts.scope_of(a.site) == function_id),
+        (a for a in facts.assigns_in_scope(function_id) if a.kind in ("assign", "augassign")),
         key=lambda a: a.site.order,
     )
     for assign in local:
@@ -616,8 +616,8 @@ def check(facts):
         function_id = pending.pop(0)
         params = traced[function_id][1]
         names = _tensor_names(facts, spans, function_id, params)
-        for call in facts.calls:
-            if facts.scope_of(call.site) != function_id or any(within(call.site.order, s) for s in islands):
+        for call in facts.calls_in_scope(function_id):
+            if any(within(call.site.order, s) for s in islands):
                 continue
             found = _finding(facts, spans, call, names, traced[function_id][3])
             if found is not None:
