@@ -79,7 +79,9 @@ def test_unknown_options_are_clicks_usage_errors_with_a_suggestion(tmp_path, mon
         assert result.exit_code == 2, result.output
         assert f"No such option '{wrong}'" in result.output and suggested in result.output
         assert "give a script" not in result.output and "never runs" not in result.output
-    assert "tensorflow" not in sys.modules  # a usage error imports nothing
+    # a usage error imports nothing (asked of a fresh process: this one may hold TensorFlow already)
+    done = tapecheck(["probe", "--formt", "json", "train.py"], tmp_path)
+    assert done.returncode == 2 and done.stdout == "tensorflow imported: False\n", done.stdout + done.stderr
 
 
 def test_merge_names_what_it_was_given(tmp_path, monkeypatch):
@@ -91,7 +93,8 @@ def test_merge_names_what_it_was_given(tmp_path, monkeypatch):
     for name, said in (("lint.json", "a `tapecheck lint` report"), ("other.json", "written by 'ruff'")):
         result = CliRunner().invoke(main, ["probe", "--merge", name])
         assert result.exit_code == 2 and said in result.output and "None" not in result.output, result.output
-    assert "tensorflow" not in sys.modules
+    done = tapecheck(["probe", "--merge", "other.json"], tmp_path)
+    assert done.returncode == 2 and done.stdout == "tensorflow imported: False\n", done.stdout + done.stderr
 
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("tensorflow") is None, reason="needs TensorFlow")
