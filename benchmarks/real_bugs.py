@@ -8,7 +8,9 @@ Each bug of `benchmarks/real_bugs/bugs/*.json` is linted as a new user would: on
 `tapecheck lint --output-format json --no-cache` process on the buggy file (its context files
 beside it, in the repository's layout, so imports resolve), every rule selected, and one on
 the fixed file. A bug is **found** when a finding on the buggy file sits within 3 lines of one
-of its `bad_lines`, or its message cites such a line ("line N" of that file). Reported:
+of its `bad_lines`, or its message cites such a line ("line N" of that file); found **by its
+rule** when such a finding is of the bug's own class (a finding of another rule nearby can be a
+coincidence). Reported:
 
 - recall by class (the rule the mistake belongs to, or `new:...` for kinds no rule covers) and
   by where the mistake sits (tape scope, helper, Layer/Model method, train_step, ...);
@@ -69,18 +71,22 @@ def judge(entry: dict, work: str) -> dict:
     after = lint(post) if os.path.isfile(post) else []
     hits = [f for f in before if f["code"] != "ERROR" and near(f, entry["bad_lines"])]
     at_fix = [f for f in after if f["code"] != "ERROR" and near(f, entry["fixed_lines"])]
+    own = [f for f in hits if f["code"] == entry["class"]]  # found by the rule of the bug's class
     return {
-        "entry": entry, "missing": False, "found": bool(hits), "hits": hits, "at_fix": at_fix,
+        "entry": entry, "missing": False, "found": bool(hits), "own": bool(own), "hits": own + [f for f in hits if f not in own],
+        "at_fix": at_fix,
         "other_before": [f for f in before if f not in hits], "other_after": [f for f in after if f not in at_fix],
     }
 
 
 def table(title: str, groups: dict[str, list[dict]]) -> str:
-    rows = [f"| {title} | bugs | found | recall |", "|---|---:|---:|---:|"]
+    """Found: any finding at the line; by its rule: a finding of the bug's own class there."""
+    rows = [f"| {title} | bugs | found | recall | by its rule |", "|---|---:|---:|---:|---:|"]
     for name in sorted(groups, key=lambda key: (-len(groups[key]), key)):
         results = groups[name]
         found = sum(result["found"] for result in results)
-        rows.append(f"| {name} | {len(results)} | {found} | {found / len(results):.2f} |")
+        own = sum(result["own"] for result in results)
+        rows.append(f"| {name} | {len(results)} | {found} | {found / len(results):.2f} | {own} |")
     return "\n".join(rows)
 
 
@@ -115,8 +121,9 @@ def main(argv=None) -> int:
         by_kind["a rule's class" if not entry["class"].startswith("new:") else "new kinds"].append(result)
     found = sum(result["found"] for result in results)
     repos = {result["entry"]["repo"] for result in results}
+    own = sum(result["own"] for result in results)
     print(f"# Real bugs: {found} of {len(results)} found (recall {found / len(results):.2f}), "
-          f"{len(repos)} repositories\n")
+          f"{own} by the rule of their class, {len(repos)} repositories\n")
     print(table("kind", by_kind) + "\n")
     print(table("class", by_class) + "\n")
     print(table("where the mistake sits", by_where) + "\n")

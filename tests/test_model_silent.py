@@ -171,3 +171,8 @@ def test_a_metric_made_in_the_per_epoch_function_is_fresh_every_epoch():
 def test_a_notebook_tape_bound_again_by_the_next_cell_is_dropped_and_only_the_last_is_kept():
     assert run("bad", "notebook_tape_cells.py") == ["tape"]  # the second cell's tape, never deleted
     assert run("good", "notebook_tape_cells.py") == []
+
+
+def test_layer_state_in_a_plain_tf_variable_is_left_out_of_save_weights():
+    assert run("bad", "layer_state_counter_saved.py") == 0.0  # restored from its initial value
+    assert run("good", "layer_state_counter_saved.py") == 6.0

@@ -35,10 +35,26 @@ class Tapes:
         return sorted(uses, key=lambda use: use.call.site.order)
 
     def guarded(self, site: Site, outer: int) -> bool:
-        """Inside an `if`/`else`/`except`/`case` between block `outer` and the site: on some passes only."""
-        chain = self.facts.chain(site.block)
+        """Inside an `if`/`else`/`except`/`case` between block `outer` and the site, or after an early
+        `return` under an `if` of the same function (`if self._built: return`): on some passes only."""
+        facts = self.facts
+        chain = facts.chain(site.block)
         start = chain.index(outer) if outer in chain else 0
-        return any(self.facts.blocks[b].kind in GUARD_BLOCKS for b in chain[start:])
+        if any(facts.blocks[b].kind in GUARD_BLOCKS for b in chain[start:]):
+            return True
+        return any(exit.site.order < site.order and exit.site.block not in chain
+                   and any(facts.blocks[b].kind in GUARD_BLOCKS for b in facts.chain(exit.site.block)[start:])
+                   for exit in self._returns_in(facts.scope_of(site)))
+
+    def _returns_in(self, scope: int) -> list:
+        """The `return`s written in one function scope (indexed once per file)."""
+        index = self.memo.get("returns by scope")
+        if index is None:
+            index = self.memo["returns by scope"] = {}
+            for exit in self.facts.exits:
+                if exit.kind == "return":
+                    index.setdefault(self.facts.scope_of(exit.site), []).append(exit)
+        return index.get(scope, [])
 
     # -- tapes -----------------------------------------------------------------------------
     def gradient_roots(self, call: Call, tape) -> tuple[set[str], set[str]]:

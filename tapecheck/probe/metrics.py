@@ -127,6 +127,7 @@ class MetricHooks:
         hooks = self
 
         def __iter__(self):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             if hooks.active and tf.executing_eagerly():
                 hooks.epochs += 1
                 hooks.activity += 1
@@ -138,6 +139,7 @@ class MetricHooks:
         hooks = self
 
         def update_state(self, *args, **kwargs):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             if hooks.active and hooks._outermost("update", self):
                 state = hooks._state(self)
                 state.updates += 1
@@ -160,6 +162,7 @@ class MetricHooks:
         hooks = self
 
         def reset_state(self, *args, **kwargs):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             outermost = hooks.active and hooks._outermost("reset", self)
             by_keras = False
             if outermost:
@@ -188,6 +191,7 @@ class MetricHooks:
         hooks = self
 
         def result(self, *args, **kwargs):
+            __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             if hooks.active:
                 hooks._state(self).read = True
             watch = (hooks.active and hooks._outermost("result", self) and tf.executing_eagerly()

@@ -364,6 +364,8 @@ def _kind_of_binding(model, assign, depth: int = 0) -> str:
     """`_kind_of` its value; for arithmetic (`scaled = base * 2.0 + 1.0`), a tensor when every name it
     reads is one (and no variable), followed a few bindings back. '' when unknown."""
     kind = _kind_of(assign.value)
+    if not kind and _model_output(model, assign):
+        return "tensor"  # what a Keras model returns: its output tensor, never one of its variables
     if kind or assign.value is None or assign.value.kind != "binop" or depth > 3:
         return kind
     uses = [u for u in model.spans.uses_in(assign.span) if not is_metadata(u.name)]
@@ -374,6 +376,20 @@ def _kind_of_binding(model, assign, depth: int = 0) -> str:
         if not bindings or {_kind_of_binding(model, b, depth + 1) for b in bindings} != {"tensor"}:
             return ""
     return "tensor"
+
+
+def _model_output(model, assign) -> bool:
+    """`features = self.encoder(images)` outside any tape: the value is the output of a call of a name
+    known to hold a Keras model (built here, returned by a builder, handed to the class's
+    constructor). Made on a tape, it is recorded there (the model reads its variables) and is a
+    valid source of that tape's gradient."""
+    value = assign.value
+    if assign.kind != "assign" or value is None or value.kind != "call" or not value.func_text:
+        return False
+    if any(model.facts.records(tape, assign.site) for tape in model.facts.tapes):
+        return False  # run on a tape, the model reads its variables: the tape records its output
+    call = model.value_call(assign)
+    return call is not None and call.func.kind in ("name", "attribute") and model.holds_a_model(call.func.text, call.site)
 
 
 MAX_DEPTH = 4  # bindings, returns and callers followed

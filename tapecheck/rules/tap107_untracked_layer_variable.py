@@ -256,15 +256,41 @@ def check(facts):
                 handed = _trained_by_name(facts, model.spans)
             if attribute in handed or _handed_out(model, klass, attribute):
                 continue
-            finding = report(
-                facts, assign.site, CODE,
-                f"`{assign.target}` is a `tf.Variable` made in `{fn.qualname}`: Keras 3 tracks only the variables "
-                "a layer makes with `add_weight` (or `keras.Variable`), so it is missing from the model's "
-                "`trainable_variables`: `fit` and a custom loop over them never update it, and `save_weights` "
-                "leaves it out",
-                HINT,
-            )
+            if _assigned(model, klass, attribute):
+                # state the code updates itself (a rate, a counter, an average): what is true of it is
+                # that saving leaves it out, not that no optimizer trains it
+                finding = report(
+                    facts, assign.site, CODE,
+                    f"`{assign.target}` is a `tf.Variable` made in `{fn.qualname}` and updated with `.assign` "
+                    "(state): Keras 3 tracks only the variables a layer makes with `add_weight` (or "
+                    "`keras.Variable`), so `save_weights` and the model's checkpoints leave it out, and a "
+                    "restored model starts it from its initial value",
+                    "Make it with `self.add_weight(shape=..., initializer=..., trainable=False)` and update it "
+                    "with `.assign` as now.",
+                )
+            else:
+                finding = report(
+                    facts, assign.site, CODE,
+                    f"`{assign.target}` is a `tf.Variable` made in `{fn.qualname}`: Keras 3 tracks only the variables "
+                    "a layer makes with `add_weight` (or `keras.Variable`), so it is missing from the model's "
+                    "`trainable_variables`: `fit` and a custom loop over them never update it, and `save_weights` "
+                    "leaves it out",
+                    HINT,
+                )
             yield dataclasses.replace(finding, details={"keras2": None})
+
+
+def _assigned(model, klass, attribute: str) -> bool:
+    """Whether the methods of `klass` update `self.<attribute>` with `.assign`/`.assign_add`/`.assign_sub`."""
+    for cls in model.bases(klass):
+        for method in model.methods(cls):
+            if not method.bound:
+                continue
+            target = f"{method.self_name}.{attribute}"
+            if any(call.receiver == target and call.method in ("assign", "assign_add", "assign_sub")
+                   for call in model.calls_in_scope(method.block.id)):
+                return True
+    return False
 
 
 def _trainable_variable(model, expr, assign) -> bool:

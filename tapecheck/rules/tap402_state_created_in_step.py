@@ -283,6 +283,27 @@ def check(facts):
                              CALL_HINT)
     yield from _in_helpers(facts, model, steps, loops, reported)
     yield from _optimizers_handed_to_traced_steps(facts, model, makers, reported)
+    yield from _variables_from_call_helpers(facts, model, reported)
+
+
+def _variables_from_call_helpers(facts, model, reported):
+    """A `tf.Variable` made by a method or function that a Keras layer's `call` runs on every forward
+    pass (unguarded there): made again at each call, as if written in `call` itself."""
+    for fn in model.functions.values():
+        if fn.name != "call" or fn.owner is None or not model.is_keras(fn.owner, "layers"):
+            continue
+        for call in model.calls_in_scope(fn.block.id):
+            if call.site.in_comprehension or model.guarded(call.site, fn.block.id):
+                continue
+            callee = model.resolve(call)
+            if callee is None or callee is fn or callee.name in NOT_STEPS:
+                continue
+            summary = model.summary(callee)
+            if summary is None or not any(made.kind == "variable" for made in summary.creates):
+                continue
+            where = f"`{fn.qualname}` calls `{{fn}}` at every forward pass (line {call.site.line})"
+            for finding in _created_by(facts, model, callee, where, IN_CALL_HELPER, reported, call.site):
+                yield finding
 
 
 def _applies_through(model, fn, param: str) -> bool:
@@ -340,6 +361,10 @@ IN_CALL = ("which Keras runs at every forward pass: under `fit` or `tf.function`
            "(tf.function only supports singleton tf.Variables created on the first call); run eagerly, each "
            "call makes a new variable that the layer does not track and no optimizer trains")
 CALL_HINT = "Create it once, in `build()` with `self.add_weight(...)` (or in `__init__`), and read it in `call`."
+
+
+IN_CALL_HELPER = ("under `fit` or `tf.function` it raises ValueError (tf.function only supports singleton "
+                  "tf.Variables created on the first call); run eagerly, each call makes a new variable")
 
 
 TRACED = "it raises ValueError (tf.function only supports singleton tf.Variables created on the first call)"
