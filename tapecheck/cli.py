@@ -40,12 +40,19 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl([(name, help_text) for name, (_, help_text) in SUBCOMMANDS.items()])
 
+    def resolve_command(self, ctx, args):
+        # what follows the subcommand's name: get_command (which sets TensorFlow's log level
+        # before the import) must know whether `-v` asked for TensorFlow's own lines
+        self._verbose_args = any(arg in ("-v", "--verbose") for arg in args[1:])
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx, name):
         if name not in SUBCOMMANDS:
             return None
         module_name, attr = SUBCOMMANDS[name][0].split(":")
-        if name in QUIET_TENSORFLOW:
-            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        verbose = getattr(self, "_verbose_args", False)  # `-v` shows TensorFlow's own lines
+        if name in QUIET_TENSORFLOW and "TF_CPP_MIN_LOG_LEVEL" not in os.environ and not verbose:
+            os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
