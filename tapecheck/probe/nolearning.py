@@ -763,23 +763,13 @@ def _owners(variables, site) -> dict[int, tuple]:
 
 def _user_name(obj, site) -> str | None:
     """The attribute or global name the user's code holds `obj` by (no frame's locals are read)."""
-    import gc
     import linecache
     import re
 
+    from tapecheck.probe.names import held_as
+
     own = getattr(obj, "name", None)
-    found = None
-    for referrer in gc.get_referrers(obj):
-        if not isinstance(referrer, dict):
-            continue
-        module = "__builtins__" in referrer
-        if module and not sites.is_user_file(referrer.get("__file__") or "<run>"):
-            continue
-        for key, value in list(referrer.items()):
-            if value is obj and isinstance(key, str) and key.isidentifier() and not key.startswith("_") and key != own:
-                if not module:
-                    return key  # an attribute (`self.generator`): the name the code uses for it
-                found = found or key
+    found = held_as(obj)  # an attribute (`self.generator`) first: the name the code uses for it
     if found is not None:
         return found
     if site is not None:
