@@ -73,6 +73,19 @@ class Probe:
         self.tape = None
         return g
 """,
+    # one call, asked once per head in a loop: persistence is needed
+    """
+import tensorflow as tf
+def per_head(model, heads, x):
+    with tf.GradientTape(persistent=True) as tape:
+        features = model(x)
+        losses = [tf.reduce_mean(head(features)) for head in heads]
+    grads = []
+    for loss in losses:
+        grads.append(tape.gradient(loss, model.trainable_variables))
+    del tape
+    return grads
+""",
     # two calls: persistence is needed
     """
 import tensorflow as tf
