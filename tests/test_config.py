@@ -141,7 +141,7 @@ def test_explicit_config_file_replaces_the_search(tmp_path):
 @pytest.mark.parametrize(
     "config,message",
     [
-        ('selct = ["TAP101"]\n', "[tool.tapecheck] unknown key 'selct' (known: select, extend-select, ignore, per-file-ignores, exclude, extend-exclude, keras-version)"),
+        ('selct = ["TAP101"]\n', "[tool.tapecheck] unknown key 'selct' (known: select, extend-select, ignore, per-file-ignores, exclude, extend-exclude, keras-version, file-time-budget)"),
         ('select = ["TAP999"]\n', "[tool.tapecheck] select: unknown rule code 'TAP999'"),
         ('ignore = "TAP101"\nselect = 3\n', "[tool.tapecheck] select: expected a list of rule codes"),
         ('[tool.tapecheck.per-file-ignores]\n"a.py" = ["E501"]\n', "unknown rule code 'E501'"),
