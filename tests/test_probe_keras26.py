@@ -67,8 +67,9 @@ LINT_TOO = {"bad_plain_loop_metric.py"}
 
 def load(path: Path):
     sys.path.insert(0, str(FOLDER))
-    for name in [n for n, m in sys.modules.items() if n.startswith("_") and
-                 str(getattr(m, "__file__", "") or "").startswith(str(FOLDER))]:
+    siblings = {p.stem for p in FOLDER.glob("_*.py")}  # `_data`: other fixture folders have one too
+    for name in [n for n, m in sys.modules.items() if n.startswith("_") and (
+            n in siblings or str(getattr(m, "__file__", "") or "").startswith(str(FOLDER)))]:
         del sys.modules[name]
     try:
         with warnings.catch_warnings():
