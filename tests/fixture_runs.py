@@ -13,6 +13,9 @@ from pathlib import Path
 def fixture_run(path: Path):
     """Its folder importable (a fixture may import a sibling module), `sys.argv` its own, its
     prints and warnings kept quiet; all put back after."""
+    siblings = {p.stem for p in path.parent.glob("_*.py")}  # `_data`: other fixture folders have one too
+    for name in siblings:
+        sys.modules.pop(name, None)  # imported afresh from this fixture's own folder
     sys.path.insert(0, str(path.parent))
     saved_argv, sys.argv = sys.argv, [str(path)]
     try:
@@ -22,3 +25,5 @@ def fixture_run(path: Path):
     finally:
         sys.argv = saved_argv
         sys.path.remove(str(path.parent))
+        for name in siblings:
+            sys.modules.pop(name, None)
