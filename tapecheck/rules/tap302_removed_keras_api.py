@@ -492,21 +492,14 @@ def _optimizer_v2_hooks(facts, model):
 
 def check(facts):
     model = model_of(facts)
+    sites = None  # (line, col) -> the call's or name's site, made for the first finding only
     for finding in _check(facts, model):
-        site = _site_at(facts, finding)
+        if sites is None:
+            sites = {(u.site.line, u.site.col): u.site for u in facts.uses}
+            sites.update({(c.site.line, c.site.col): c.site for c in facts.calls})
+        site = sites.get((finding.line, finding.col))
         if site is None or not model.expects_error(site):
             yield finding  # a test asserting the error Keras 3 raises is not one
-
-
-def _site_at(facts, finding):
-    """The site of the call or name a finding is reported at (for `expects_error`), or None."""
-    for call in facts.calls:
-        if call.site.line == finding.line and call.site.col == finding.col:
-            return call.site
-    for use in facts.uses:
-        if use.site.line == finding.line and use.site.col == finding.col:
-            return use.site
-    return None
 
 
 def _check(facts, model):
