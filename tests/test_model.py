@@ -341,3 +341,37 @@ def test_tensorflows_short_names_are_the_keras_classes():
     assert keras_member("tensorflow.math.reduce_mean", "optimizers") == ""
     findings = lint_source("import tensorflow as tf\nopt = tf.optimizers.SGD(lr=0.1)\n", "t.py")
     assert [f.code for f in findings] == ["TAP302"]
+
+
+def test_a_name_bound_in_both_branches_of_an_if_else_reaches_the_site_from_each():
+    source = """
+    import tensorflow as tf
+    def step(tape, loss, model, mixed, clip, other):
+        if mixed:
+            grads = tape.gradient(loss, model.trainable_variables)
+        elif clip:
+            with tf.name_scope("clip"):
+                grads = tape.gradient(loss, model.variables)
+        else:
+            grads = None
+            grads = tape.gradient(loss, other)
+        use(grads)
+        if mixed:
+            half = 1
+        use(half)
+        try:
+            tried = 1
+        except ValueError:
+            pass
+        use(tried)
+    """
+    m = model(source)
+    facts = m.facts
+
+    def site_of(name):
+        return next(use.site for use in facts.uses if use.name == name)
+
+    lines = sorted(a.site.line for a in m.assigns_on_every_path("grads", site_of("grads")))
+    assert lines == [5, 8, 11]  # the last binding of each path; `grads = None` is overwritten
+    assert m.assigns_on_every_path("half", site_of("half")) == []  # no `else`: a path without it
+    assert m.assigns_on_every_path("tried", site_of("tried")) == []  # a try may not bind it

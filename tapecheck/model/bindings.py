@@ -85,6 +85,97 @@ class Bindings:
             scope = self._enclosing(scope)
         return []
 
+    def assigns_on_every_path(self, name: str, site: Site) -> list:
+        """The bindings of `name` that may hold at `site`, also when none dominates it because an
+        `if`/`else` before the site binds it in each branch (`if mixed: grads = ... else: grads =
+        ...`): the last binding of each branch, plus later ones inside it. Empty when some path
+        to the site may not bind the name (a branch without a binding, a `try`, a loop)."""
+        facts = self.facts
+        reaching = facts.reaching_assigns(name, site)
+        if reaching:
+            return reaching
+        scope = facts.scope_of(site)
+        earlier = [a for a in self._assigns_by_scope_name.get((scope, name), ())
+                   if a.site.order < site.order and not a.site.in_comprehension]
+        if not earlier:
+            return []
+        site_chain = facts.chain(site.block)
+        pair = self._covering_if_else(name, earlier, site_chain, site)
+        if pair is None:
+            return []
+        found = []
+        for branch in pair:
+            found.extend(self._branch_bindings(branch, earlier))
+        # conditional bindings after the `if`/`else`, before the site, may hold too
+        found.extend(a for a in earlier if a.site.line > pair[1].end_line)
+        return found
+
+    def _covering_if_else(self, name, earlier, site_chain, site):
+        """The last `if`/`else` pair, in a suite the site always runs after, whose two branches
+        each bind the name on every path through them; None when there is none."""
+        facts = self.facts
+        best = None
+        for assign in earlier:
+            chain = facts.chain(assign.site.block)
+            for depth, bid in enumerate(chain):
+                block = facts.blocks[bid]
+                if block.kind != "if" or block.parent not in site_chain or bid in site_chain:
+                    continue
+                other = self._else_of(block)
+                if other is None or other.id in site_chain or other.end_line >= site.line:
+                    continue
+                if best is not None and best[0].line >= block.line:
+                    continue
+                if self._binds_on_every_path(block, earlier) and self._binds_on_every_path(other, earlier):
+                    best = (block, other)
+                break
+        return best
+
+    def _else_of(self, block: Block):
+        """The `else` suite of an `if` block: same parent, same test."""
+        facts = self.facts
+        if block.test_span == (0, 0):
+            return None
+        for other in facts.blocks:
+            if other.kind == "else" and other.parent == block.parent and other.test_span == block.test_span:
+                return other
+        return None
+
+    def _binds_on_every_path(self, branch: Block, earlier) -> bool:
+        """Whether every run of `branch` binds the name: a binding in its own suite (or a `with`
+        in it), or an inner `if`/`else` whose branches both do."""
+        facts = self.facts
+        for assign in earlier:
+            chain = facts.chain(assign.site.block)
+            if branch.id not in chain:
+                continue
+            inner = chain[chain.index(branch.id) + 1:]
+            if all(facts.blocks[b].kind == "with" for b in inner):
+                return True
+        for block in facts.blocks:
+            if block.kind == "if" and block.parent == branch.id:
+                other = self._else_of(block)
+                if other is not None and self._binds_on_every_path(block, earlier) and self._binds_on_every_path(other, earlier):
+                    return True
+        return False
+
+    def _branch_bindings(self, branch: Block, earlier) -> list:
+        """The bindings of one branch that may hold when it ends: from its last binding on every
+        path (its own suite) on, or else those of the inner `if`/`else` that binds on every path."""
+        facts = self.facts
+        inside = [a for a in earlier if branch.id in facts.chain(a.site.block)]
+        for index in range(len(inside) - 1, -1, -1):
+            chain = facts.chain(inside[index].site.block)
+            if all(facts.blocks[b].kind == "with" for b in chain[chain.index(branch.id) + 1:]):
+                return inside[index:]
+        for block in reversed(facts.blocks):
+            if block.kind == "if" and block.parent == branch.id:
+                other = self._else_of(block)
+                if other is not None and self._binds_on_every_path(block, earlier) and self._binds_on_every_path(other, earlier):
+                    later = [a for a in inside if a.site.line > other.end_line]
+                    return self._branch_bindings(block, earlier) + self._branch_bindings(other, earlier) + later
+        return inside
+
     def _uses_named(self, head: str) -> list:
         """The uses whose dotted name starts with `head` (`b`, `b.assign`), in source order."""
         if self._uses_by_head is None:

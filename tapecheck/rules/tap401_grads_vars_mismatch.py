@@ -58,9 +58,26 @@ TRIGGERS = (b"apply_gradients",)
 
 # Calls that hand back the gradient list they were given, transformed element-wise.
 PASS_THROUGH = frozenset({"tensorflow.clip_by_global_norm"})
+# Methods that do the same (a loss-scale optimizer's unscaling).
+PASS_THROUGH_METHODS = frozenset({"get_unscaled_gradients"})
 MAX_REWRITES = 8
 
 VALID = [
+    # two paths, each asking for the list that is applied
+    """
+import tensorflow as tf
+def train_step(model, optimizer, loss_fn, x, y, mixed_precision):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+        if mixed_precision:
+            loss = optimizer.get_scaled_loss(loss)
+    if mixed_precision:
+        scaled = tape.gradient(loss, model.trainable_variables)
+        grads = optimizer.get_unscaled_gradients(scaled)
+    else:
+        grads = tape.gradient(loss, model.trainable_weights)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+""",
     # the same trainer applying the list it keeps for the generator
     """
 import tensorflow as tf
@@ -145,6 +162,21 @@ opt.apply_gradients(zip([dw, db], [w, b]))
 ]
 
 INVALID = [
+    # one path of two: the loss-scaled branch asks for the trainable list, both apply `variables`
+    """
+import tensorflow as tf
+def train_step(model, optimizer, loss_fn, x, y, mixed_precision):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+        if mixed_precision:
+            loss = optimizer.get_scaled_loss(loss)
+    if mixed_precision:
+        scaled = tape.gradient(loss, model.trainable_variables)
+        grads = optimizer.get_unscaled_gradients(scaled)
+    else:
+        grads = tape.gradient(loss, model.variables)
+    optimizer.apply_gradients(zip(grads, model.variables))  # expect: TAP401
+""",
     # a GAN trainer that keeps each model's variable list on self, and applies the wrong one
     """
 import tensorflow as tf
@@ -223,21 +255,33 @@ def _zip_for(model, spans, apply):
     return None
 
 
-def _gradient_for(model, spans, name, site, depth=0):
-    """The `tape.gradient(...)` call whose result `name` holds at `site`, if one clearly does."""
+def _gradients_for(model, spans, name, site, depth=0):
+    """The `tape.gradient(...)` calls whose results `name` may hold at `site`, one per plain
+    assignment reaching it (`if mixed_precision: grads = ... else: grads = ...`), or None unless
+    every one of them is clearly such a result."""
     facts = model.facts
-    assign = _one_value(model, name, site)
-    if assign is None or depth > 3:
+    reaching = model.assigns_on_every_path(name, site)
+    if not reaching or depth > 3 or len(reaching) > 4:
         return None
-    calls = spans.calls_in(assign.span)
-    if not calls:
-        return None
-    first = calls[0]
-    if method_of(first) == "gradient":
-        return first
-    if callee_of(facts, first) in PASS_THROUGH and first.args and first.args[0].kind == "name":
-        return _gradient_for(model, spans, first.args[0].text, assign.site, depth + 1)
-    return None
+    found = []
+    for assign in reaching:
+        if assign.kind != "assign" or assign.value is None:
+            return None
+        calls = spans.calls_in(assign.span)
+        if not calls:
+            return None
+        first = calls[0]
+        if method_of(first) == "gradient":
+            found.append(first)
+            continue
+        passes = callee_of(facts, first) in PASS_THROUGH or method_of(first) in PASS_THROUGH_METHODS
+        if not (passes and first.args and first.args[0].kind == "name"):
+            return None
+        inner = _gradients_for(model, spans, first.args[0].text, assign.site, depth + 1)
+        if inner is None:
+            return None
+        found.extend(inner)
+    return found
 
 
 def _canonical(model, text, site):
@@ -369,16 +413,20 @@ def check(facts):
         zipped = _zip_for(model, spans, apply)
         if zipped is None or len(zipped.args) != 2 or zipped.args[0].kind != "name":
             continue
-        gradient = _gradient_for(model, spans, zipped.args[0].text, zipped.site)
-        if gradient is None:
+        gradients = _gradients_for(model, spans, zipped.args[0].text, zipped.site)
+        if not gradients:
             continue
-        asked = _shape(model, gradient.arg(1, "sources"), gradient.site, gradient.arg_span(1, "sources"))
         applied = _shape(model, zipped.args[1], zipped.site, zipped.arg_span(1, ""))
-        why = _mismatch(asked, applied)
-        if why:
+        for gradient in gradients:
+            asked = _shape(model, gradient.arg(1, "sources"), gradient.site, gradient.arg_span(1, "sources"))
+            why = _mismatch(asked, applied)
+            if not why:
+                continue
+            path = " on the path through that line" if len(gradients) > 1 else ""
             yield report(
                 facts, apply.site, CODE,
-                f"`{zipped.args[0].text}` holds the gradients for `{_text(asked)}` (line {gradient.site.line}) "
+                f"`{zipped.args[0].text}` holds the gradients for `{_text(asked)}` (line {gradient.site.line}){path} "
                 f"but is applied to {_written(zipped.args[1], applied)}, {why}: zip pairs them by position",
                 f"Apply the gradients to the list they were computed for: `zip({zipped.args[0].text}, {_text(asked)})`.",
             )
+            break
