@@ -176,3 +176,19 @@ def test_a_notebook_tape_bound_again_by_the_next_cell_is_dropped_and_only_the_la
 def test_layer_state_in_a_plain_tf_variable_is_left_out_of_save_weights():
     assert run("bad", "layer_state_counter_saved.py") == 0.0  # restored from its initial value
     assert run("good", "layer_state_counter_saved.py") == 6.0
+
+
+def test_a_critic_whose_loss_arguments_are_misordered_fits_the_wrong_targets():
+    import sys
+
+    errors = {}
+    for kind in ("bad", "good"):
+        folder = str(ROOT / kind)
+        sys.path.insert(0, folder)
+        try:
+            errors[kind] = run(kind, "critic_loss_args_misordered.py", 300)
+        finally:
+            sys.path.remove(folder)
+            sys.modules.pop("_critic_losses", None)  # each folder has its own
+    assert errors["good"] < 0.05
+    assert errors["bad"] > 0.5

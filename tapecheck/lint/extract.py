@@ -278,7 +278,8 @@ class FactsBuilder(FastVisitor):
             self.facts.resolve(dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator))
             for d in node.decorators
         )
-        with self._block("function", node, name=node.name.value, decorators=decorators):
+        positional = len(node.params.posonly_params) + len(node.params.params)
+        with self._block("function", node, name=node.name.value, decorators=decorators, positional=positional):
             params = node.params
             for param in (*params.posonly_params, *params.params, *params.kwonly_params):
                 self._bind(param.name, None, "param", param)
@@ -563,8 +564,10 @@ class FactsBuilder(FastVisitor):
             else:
                 arg_spans.append((-1, start, self._order))
         end = self._pos(node).end.line + self._line_offset
+        spread = any(arg.star == "*" for arg in node.args)
         self.facts.calls.append(
-            Call(site, func, tuple(args), keywords, end, end_order=self._order, arg_spans=tuple(arg_spans))
+            Call(site, func, tuple(args), keywords, end, end_order=self._order, arg_spans=tuple(arg_spans),
+                 spread=spread)
         )
         return False
 

@@ -35,6 +35,7 @@ class Block:
     tapes: tuple[int, ...] = ()  # `with` blocks: the tapes recording inside
     paused: tuple[int, ...] = ()  # `with tape.stop_recording():` blocks
     test_span: tuple[int, int] = (0, 0)  # if/else: orders (after start, up to end) of the `if` test
+    positional: int = 0  # functions: how many parameters may be passed by position (not `*args`)
 
 
 @dataclass(slots=True, frozen=True)
@@ -94,6 +95,7 @@ class Call:
     # (position or keyword, start, end) per argument: its events have orders in (start, end];
     # position -1 is a `*args`/`**kwargs` argument. Events before the first start are the callee's.
     arg_spans: tuple[tuple[int | str, int, int], ...] = ()
+    spread: bool = False  # a `*args` argument is passed: what positions the others take is unknown
 
     @property
     def method(self) -> str:

@@ -19,7 +19,7 @@ MAX_MODULE_BYTES = 512 * 1024
 MAX_MODULES = 64  # other files kept per process
 
 
-SEARCH_LEVELS = 4  # folders above the importing file searched for an absolute import
+SEARCH_LEVELS = 6  # folders above the importing file searched for an absolute import
 
 
 _modules: dict[str, tuple[tuple[int, int], object]] = {}  # path -> (stamp, its ProgramModel or None)

@@ -1,0 +1,251 @@
+'''# TAP701 arguments-out-of-order
+
+## What it does
+Flags a call to a function of your project (this file, or a module it imports)
+that passes, by position, a variable named like *another* parameter of that
+function: `critic_loss(q_values, rewards, discounts, target_q_values)` for
+`def critic_loss(q_values, target_q_values, rewards, discounts)`, or
+`focal_loss(gt, pr, self.alpha, self.gamma)` for `def focal_loss(gt, pr, gamma,
+alpha)`.
+
+## Why is this bad?
+Python pairs positional arguments with parameters by position, never by name.
+When a loss helper or a builder takes four tensors of one shape, nothing fails:
+the rewards are used as target Q-values, the focal loss's `gamma` gets `alpha`'s
+value, a boolean flag becomes a regularization strength. Training runs and
+converges to the wrong thing, and the call reads as if it were right.
+
+## Example
+```python
+import tensorflow as tf
+
+def n_step_critic_loss(q_values, target_q_values, rewards, discounts):
+    targets = rewards + discounts * tf.stop_gradient(target_q_values)
+    return tf.reduce_mean(tf.square(targets - q_values))
+
+def critic_step(critic, target_critic, optimizer, obs, next_obs, rewards, discounts):
+    target_q_values = target_critic(next_obs)
+    with tf.GradientTape() as tape:
+        q_values = critic(obs, training=True)
+        loss = n_step_critic_loss(q_values, rewards, discounts, target_q_values)
+    grads = tape.gradient(loss, critic.trainable_variables)
+    optimizer.apply_gradients(zip(grads, critic.trainable_variables))
+```
+
+## Use instead
+```python
+import tensorflow as tf
+
+def n_step_critic_loss(q_values, target_q_values, rewards, discounts):
+    targets = rewards + discounts * tf.stop_gradient(target_q_values)
+    return tf.reduce_mean(tf.square(targets - q_values))
+
+def critic_step(critic, target_critic, optimizer, obs, next_obs, rewards, discounts):
+    target_q_values = target_critic(next_obs)
+    with tf.GradientTape() as tape:
+        q_values = critic(obs, training=True)
+        loss = n_step_critic_loss(q_values, target_q_values=target_q_values, rewards=rewards,
+                                  discounts=discounts)
+    grads = tape.gradient(loss, critic.trainable_variables)
+    optimizer.apply_gradients(zip(grads, critic.trainable_variables))
+```
+
+Pass arguments whose order is easy to get wrong by keyword.
+
+## Where it stays silent
+Only in training code: a call to a loss helper (a function named `...loss...`), a call
+the tape records, or one made by `call`/`__call__`/`train_step`/`compute_loss` of a
+Keras layer, model or loss: library code reorders parameters on purpose
+(`assert_greater(x, y)` written as `assert_less(y, x)`). Only
+functions whose definition is in the linted files, called by their name, by
+`self.method(...)` or through an imported module; only arguments that are plain
+names or attributes (`self.gamma` is read as `gamma`). A call that names the
+swapped pair the other way round elsewhere in the same function (`sim(z1, z2) +
+sim(z2, z1)`, a symmetric loss) and a function calling itself are deliberate.
+'''
+
+from __future__ import annotations
+
+from tapecheck.model import Function, model_of
+from tapecheck.rules._common import report
+
+CODE = "TAP701"
+NAME = "arguments-out-of-order"
+SUMMARY = "a variable passed by position to a project function whose parameter there has another name, and which names it elsewhere"
+
+
+def screen(source: bytes) -> bool:
+    """A call can reach a visible definition only in a file that defines or imports one."""
+    return b"def " in source or b"import" in source
+
+
+VALID = [
+    # in the declared order, by keyword, or with other names
+    """
+import tensorflow as tf
+def critic_loss(q_values, target_q_values, rewards, discounts):
+    return tf.reduce_mean(tf.square(rewards + discounts * target_q_values - q_values))
+def step(q_values, target_q_values, rewards, discounts, q, t):
+    a = critic_loss(q_values, target_q_values, rewards, discounts)
+    b = critic_loss(q_values, rewards=rewards, discounts=discounts, target_q_values=target_q_values)
+    return a + b + critic_loss(q, t, rewards, discounts)
+""",
+    # a symmetric loss: both orders, on purpose
+    """
+import tensorflow as tf
+def similarity_loss(z1, z2):
+    return -tf.reduce_mean(tf.reduce_sum(z1 * tf.stop_gradient(z2), axis=-1))
+def simsiam(p1, p2, z1, z2):
+    return similarity_loss(z1, z2) / 2 + similarity_loss(z2, z1) / 2
+""",
+    # a function that swaps its own arguments (canonical order)
+    """
+def pair_distance(a, b):
+    if id(a) > id(b):
+        return pair_distance(b, a)
+    return abs(a - b)
+""",
+]
+
+INVALID = [
+    """
+import tensorflow as tf
+def critic_loss(q_values, target_q_values, rewards, discounts):
+    return tf.reduce_mean(tf.square(rewards + discounts * target_q_values - q_values))
+def step(critic, obs, target_q_values, rewards, discounts):
+    with tf.GradientTape() as tape:
+        q_values = critic(obs, training=True)
+        loss = critic_loss(q_values, rewards, discounts, target_q_values)  # expect: TAP701
+    return tape.gradient(loss, critic.trainable_variables)
+""",
+    # a loss class handing its own settings to the functional form
+    """
+import tensorflow as tf
+def focal_loss(gt, pr, gamma=2.0, alpha=0.25):
+    pr = tf.clip_by_value(pr, 1e-7, 1.0 - 1e-7)
+    return -tf.reduce_mean(gt * alpha * tf.pow(1.0 - pr, gamma) * tf.math.log(pr))
+class FocalLoss(tf.keras.losses.Loss):
+    def __init__(self, alpha=0.25, gamma=2.0):
+        super().__init__()
+        self.alpha, self.gamma = alpha, gamma
+    def call(self, gt, pr):
+        return focal_loss(gt, pr, self.alpha, self.gamma)  # expect: TAP701
+""",
+]
+
+
+def _ordinal(index: int) -> str:
+    number = index + 1
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def _argument_name(expr) -> str:
+    """`q` for a name `q`, `gamma` for `self.gamma` / `config.gamma`; "" otherwise."""
+    if expr.kind == "name":
+        return expr.text
+    if expr.kind == "attribute" and expr.text:
+        return expr.text.rsplit(".", 1)[-1]
+    return ""
+
+
+def _positional(function: Function, call) -> tuple[str, ...]:
+    """The parameters the call's positional arguments go to, in order (`self` left out)."""
+    params = function.params[: function.block.positional]
+    if function.bound and call.func.kind == "attribute":
+        params = params[1:]
+    return params
+
+
+def _names_passed(call) -> list[str]:
+    return [_argument_name(arg) for arg in call.args]
+
+
+def _misplaced(call, function: Function):
+    """(position, argument name, its own parameter's position) of the first argument passed at a
+    position whose parameter has another name, while a parameter of the function bears its name."""
+    if call.spread:
+        return None  # `*args`: the positions are unknown
+    positional = _positional(function, call)
+    offset = len(function.params[: function.block.positional]) - len(positional)
+    every = function.params
+    for index, name in enumerate(_names_passed(call)):
+        if index >= len(positional) or not name or name == positional[index]:
+            continue
+        if name in every[: function.block.positional] and name not in call.keywords:
+            own = every.index(name) - offset
+            if 0 <= own < len(positional):
+                return index, name, own
+    return None
+
+
+def _swapped_back(model, call, index: int, own: int, function: Function) -> bool:
+    """Another call of the same function in the same scope passes the two names the other way
+    round: a symmetric expression, on purpose."""
+    names = _names_passed(call)
+    if not (0 <= own < len(names)):
+        return False
+    first, second = names[index], names[own]
+    facts = model.facts
+    scope = facts.scope_of(call.site)
+    for other in facts.calls:
+        if other is call or other.func.text != call.func.text or facts.scope_of(other.site) != scope:
+            continue
+        passed = _names_passed(other)
+        if own < len(passed) and index < len(passed) and passed[index] == second and passed[own] == first:
+            return True
+    return False
+
+
+TRAINING_METHODS = frozenset({"call", "__call__", "train_step", "test_step", "compute_loss"})
+
+
+def _training_code(model, call, function: Function) -> bool:
+    """Where an argument given to the wrong parameter trains the wrong thing, and where swaps on
+    purpose are rare: a loss helper (`...loss...`), a call the tape records, or a method of a
+    Keras layer, model or loss that runs in training. Library code that reorders its own
+    parameters (`assert_greater(x, y)` as `assert_less(y, x)`) is none of these."""
+    if "loss" in function.name.lower():
+        return True
+    facts = model.facts
+    if facts.recording(call.site):
+        return True
+    klass = facts.enclosing_class(call.site)
+    enclosing = model.functions.get(facts.scope_of(call.site))
+    return (klass is not None and enclosing is not None and enclosing.name in TRAINING_METHODS
+            and (model.is_keras(klass, "layers") or model.is_keras(klass, "losses")))
+
+
+def check(facts):
+    model = model_of(facts)
+    for call in facts.calls:
+        if len(call.args) < 2 or call.func.kind not in ("name", "attribute") or not call.func.text:
+            continue
+        function = model.binding(call.func.text, call.site)
+        if not isinstance(function, Function) or function.label or function.block.positional < 2:
+            continue
+        if facts.scope_of(call.site) == function.block.id and function.model is model:
+            continue  # the function calling itself
+        if not _training_code(model, call, function):
+            continue
+        found = _misplaced(call, function)
+        if found is None:
+            continue
+        index, name, own = found
+        if _swapped_back(model, call, index, own, function):
+            continue
+        positional = _positional(function, call)
+        here = positional[index]
+        written = call.args[index].text or name
+        defined = f"line {function.block.line}"
+        if function.model is not model:
+            defined += f" of {function.model.facts.path.rsplit('/', 1)[-1]}"
+        yield report(
+            facts, call.site, CODE,
+            f"`{written}` is passed as the {_ordinal(index)} positional argument of `{function.qualname}` "
+            f"(defined at {defined}), whose parameter there is `{here}`, and `{name}` is its "
+            f"{_ordinal(own)} parameter: "
+            "Python pairs positional arguments by position, so the values go to the wrong parameters",
+            f"Pass these arguments by keyword (`{function.name}(..., {name}={written}, {here}=...)`), "
+            "or reorder them to match the definition.",
+        )
