@@ -176,3 +176,26 @@ def test_a_notebook_tape_bound_again_by_the_next_cell_is_dropped_and_only_the_la
 def test_layer_state_in_a_plain_tf_variable_is_left_out_of_save_weights():
     assert run("bad", "layer_state_counter_saved.py") == 0.0  # restored from its initial value
     assert run("good", "layer_state_counter_saved.py") == 6.0
+
+
+def run_with_modules(kind: str, name: str, *args):
+    """`run`, with the fixture's folder importable (a fixture that imports its `_` sibling module)."""
+    import sys
+
+    folder = str(ROOT / kind)
+    sys.path.insert(0, folder)
+    try:
+        return run(kind, name, *args)
+    finally:
+        sys.path.remove(folder)
+        for module in [n for n, m in sys.modules.items() if folder in str(getattr(m, "__file__", "") or "")]:
+            del sys.modules[module]  # each folder has its own `_segmentation_models`
+
+
+def test_a_regularizer_set_on_the_layers_of_a_built_model_adds_no_loss():
+    losses, penalty, norm = run_with_modules("bad", "segmentation_weight_decay.py", 3)
+    good_losses, good_penalty, good_norm = run_with_modules("good", "segmentation_weight_decay.py", 3)
+    assert (losses, penalty) == (0, 0.0)  # model.losses is empty: fit trains unregularised
+    assert good_losses == 8  # one L2 penalty per Conv2D kernel once the model is rebuilt from its config
+    assert good_penalty == pytest.approx(1e-2 * good_norm, rel=1e-3)
+    assert norm > 1.5 * good_norm  # the decay shrank the twin's kernels (76.5 against 38.9, measured)
