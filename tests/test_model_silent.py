@@ -199,3 +199,11 @@ def test_a_regularizer_set_on_the_layers_of_a_built_model_adds_no_loss():
     assert good_losses == 8  # one L2 penalty per Conv2D kernel once the model is rebuilt from its config
     assert good_penalty == pytest.approx(1e-2 * good_norm, rel=1e-3)
     assert norm > 1.5 * good_norm  # the decay shrank the twin's kernels (76.5 against 38.9, measured)
+
+
+def test_modules_attached_through_dunder_dict_are_never_trained():
+    count, wet, loss = run("bad", "dag_processor_group.py", 200)
+    good_count, good_wet, good_loss = run("good", "dag_processor_group.py", 200)
+    assert (count, wet) == (1, 0.0)  # only the decoder's gain is tracked: the reverb never moves
+    assert good_count == 2 and good_wet == pytest.approx(0.5, abs=1e-2)  # the target's wet level
+    assert loss > 0.1 > 1e-6 > good_loss
