@@ -298,6 +298,51 @@ def test_the_model_knows_which_names_hold_a_keras_model(tmp_path):
     assert holds == {5: True, 8: False, 13: True, 16: True, 18: False, 22: True, 24: True}
 
 
+def test_the_model_knows_which_models_are_built_when_made(tmp_path):
+    """`holds_a_model(..., built=True)`: a functional model (here or returned by another module's
+    builder), a Sequential that starts with its input, an application, a loaded model; not a
+    Sequential without input, not a subclass, not a parameter (measured on Keras 3.15: `model.built`)."""
+    from tapecheck.lint.engine import read_source
+    from tapecheck.model import model_of
+
+    (tmp_path / "nets.py").write_text(textwrap.dedent("""\
+        import keras
+        def functional():
+            inputs = keras.Input((3,))
+            model = keras.Model(inputs=inputs, outputs=keras.layers.Dense(1)(inputs))
+            return model
+        def unbuilt():
+            return keras.Sequential([keras.layers.Dense(1)])
+    """), encoding="utf-8")
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import keras
+        from nets import functional, unbuilt
+        class Net(keras.Model):
+            def call(self, x):
+                return x
+        a = functional()
+        b = unbuilt()
+        c = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        d = keras.Sequential([keras.layers.Dense(1, input_shape=(3,))])
+        e = keras.applications.MobileNetV2(weights=None)
+        f = keras.models.load_model("m.keras")
+        g = Net()
+        h = keras.Model()
+        def given(model):
+            return model
+        for name in (a, b, c, d, e, f, g, h):
+            print(name)
+    """), encoding="utf-8")
+    path = str(tmp_path / "train.py")
+    m = model_of(_facts(read_source(path), path))
+    site = next(c.site for c in m.facts.calls if c.func.text == "print")
+    built = {name: m.holds_a_model(name, site, built=True) for name in "abcdefgh"}
+    assert built == {"a": True, "b": False, "c": True, "d": True, "e": True, "f": True, "g": False, "h": False}
+    assert all(m.holds_a_model(name, site) for name in "abcdefgh")  # every one is a model
+    param = next(a for a in m.facts.assigns if a.kind == "param" and a.target == "model")
+    assert not m.holds_a_model("model", param.site, built=True)
+
+
 def test_a_dataset_made_by_another_module_traces_the_function_mapped_over_it(tmp_path):
     """`make_dataset` of data.py returns a `tf.data` pipeline; train.py maps `augment` over it: the
     NumPy draw in `augment` runs once, at trace time (TAP501). A `.map` of anything else is not read."""

@@ -192,3 +192,34 @@ def test_a_critic_whose_loss_arguments_are_misordered_fits_the_wrong_targets():
             sys.modules.pop("_critic_losses", None)  # each folder has its own
     assert errors["good"] < 0.05
     assert errors["bad"] > 0.5
+
+
+def run_with_modules(kind: str, name: str, *args):
+    """`run`, with the fixture's folder importable (a fixture that imports its `_` sibling module)."""
+    import sys
+
+    folder = str(ROOT / kind)
+    sys.path.insert(0, folder)
+    try:
+        return run(kind, name, *args)
+    finally:
+        sys.path.remove(folder)
+        for module in [n for n, m in sys.modules.items() if folder in str(getattr(m, "__file__", "") or "")]:
+            del sys.modules[module]  # each folder has its own `_segmentation_models`
+
+
+def test_a_regularizer_set_on_the_layers_of_a_built_model_adds_no_loss():
+    losses, penalty, norm = run_with_modules("bad", "segmentation_weight_decay.py", 3)
+    good_losses, good_penalty, good_norm = run_with_modules("good", "segmentation_weight_decay.py", 3)
+    assert (losses, penalty) == (0, 0.0)  # model.losses is empty: fit trains unregularised
+    assert good_losses == 8  # one L2 penalty per Conv2D kernel once the model is rebuilt from its config
+    assert good_penalty == pytest.approx(1e-2 * good_norm, rel=1e-3)
+    assert norm > 1.5 * good_norm  # the decay shrank the twin's kernels (76.5 against 38.9, measured)
+
+
+def test_modules_attached_through_dunder_dict_are_never_trained():
+    count, wet, loss = run("bad", "dag_processor_group.py", 200)
+    good_count, good_wet, good_loss = run("good", "dag_processor_group.py", 200)
+    assert (count, wet) == (1, 0.0)  # only the decoder's gain is tracked: the reverb never moves
+    assert good_count == 2 and good_wet == pytest.approx(0.5, abs=1e-2)  # the target's wet level
+    assert loss > 0.1 > 1e-6 > good_loss

@@ -41,6 +41,13 @@ TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function"
 MODEL_FACTORIES = frozenset({"Model", "Sequential", "load_model", "clone_model", "model_from_json"})
 
 
+# What makes a `Sequential` built when made: its first layer is an input (`keras.Input((4,))`), or is
+# told its input's shape (measured on Keras 3.15: `model.built` is True right after the call).
+INPUT_CLASSES = frozenset(f"{root}{name}" for root in ("keras.", "tensorflow.keras.", "tf_keras.")
+                          for name in ("Input", "InputLayer", "layers.Input", "layers.InputLayer"))
+INPUT_KEYWORDS = frozenset({"input_shape", "input_dim", "batch_input_shape", "batch_shape"})
+
+
 # `tf.optimizers`, `tf.metrics`, `tf.losses`: TensorFlow's aliases of the Keras packages.
 TF_SHORT_PACKAGES = frozenset({"optimizers", "metrics", "losses"})
 
@@ -149,27 +156,54 @@ class KerasKinds:
         return any(base in MODEL_CLASSES or is_keras_class(base, "models")
                    for cls in self.bases(klass) for base in cls.bases)
 
-    def makes_a_model(self, call: Call, depth: int = 0) -> bool:
+    def makes_a_model(self, call: Call, depth: int = 0, *, built: bool = False) -> bool:
         """Whether `call` returns a Keras model: a model class (`keras.Sequential`, `keras.Model(inputs,
         outputs)`, a subclass of one in a linted file), `keras.models.load_model`, an application
-        (`keras.applications.ResNet50`), or a function of a linted file each of whose returns is one."""
+        (`keras.applications.ResNet50`), or a function of a linted file each of whose returns is one.
+        With `built`, only a model that is built when made (`built_when_made`): a functional model, a
+        `Sequential` that starts with its input, a loaded model, an application."""
         if depth > MAX_ALIAS_DEPTH or not call.func.text:
             return False
         callee = self.resolved(call.func.text, call.site)
-        if callee in MODEL_CLASSES or keras_member(callee, "models") in MODEL_FACTORIES \
-                or is_keras_class(callee, "applications"):
+        if is_keras_class(callee, "applications"):
             return True
+        if callee in MODEL_CLASSES or keras_member(callee, "models") in MODEL_FACTORIES:
+            return not built or self.built_when_made(call, callee)
         made = self.binding(call.func.text, call.site)
         if isinstance(made, Klass):
-            return self.is_model_class(made)
+            return not built and self.is_model_class(made)
         if isinstance(made, Function) and not made.bound and made.model is not None:
             other = made.model
             returned = other.returned_calls(made)
             if returned:
-                return all(other.makes_a_model(inner, depth + 1) for inner in returned)
+                return all(other.makes_a_model(inner, depth + 1, built=built) for inner in returned)
             names = other.returned_names(made)  # `model = keras.Model(inputs, outputs); return model`
-            return bool(names) and all(other.holds_a_model(name, site, depth + 1) for name, site in names)
+            return bool(names) and all(other.holds_a_model(name, site, depth + 1, built=built) for name, site in names)
         return False
+
+    def built_when_made(self, call: Call, callee: str) -> bool:
+        """Whether a call of a Keras model class or factory (`callee`, resolved) gives a built model
+        (measured on Keras 3.15: `model.built` right after it): `Model(inputs, outputs)`, a
+        `Sequential([...])` whose first layer is `keras.Input(...)`/`InputLayer` or is given
+        `input_shape=`/`input_dim=`/`batch_input_shape=`, `load_model(...)`. Not a subclass (built at
+        its first call), not `Sequential()` filled by `add`, not `clone_model` (as built as its argument)."""
+        member = keras_member(callee, "models") or callee.rpartition(".")[2]
+        if member == "load_model":
+            return True
+        if member == "Model":
+            return call.arg(0, "inputs") is not None and call.arg(1, "outputs") is not None
+        if member != "Sequential":
+            return False
+        layers = call.arg(0, "layers")
+        if layers is None or layers.kind != "list" or not layers.elements:
+            return False
+        first = layers.elements[0]
+        if first.kind != "call":
+            return False
+        if any(keyword in first.keywords for keyword in INPUT_KEYWORDS):
+            return True
+        made = self.resolved(first.func_text, call.site) if first.func_text else first.callee
+        return made in INPUT_CLASSES or keras_member(made, "layers") in ("Input", "InputLayer")
 
     def returned_names(self, fn: Function) -> list | None:
         """(name, site) for each `return` of `fn` that gives a plain name, or None when some `return`
@@ -185,27 +219,28 @@ class KerasKinds:
             found.append((uses[0].name, uses[0].site))
         return found or None
 
-    def holds_a_model(self, name: str, site: Site, depth: int = 0) -> bool:
+    def holds_a_model(self, name: str, site: Site, depth: int = 0, *, built: bool = False) -> bool:
         """Whether `name` is a Keras model at `site`: each binding of it (for `self.x`, every
         `self.x = ...` of the class) is a call that makes one (`makes_a_model`) or a name that holds
         one; a parameter, when every call of its function here passes one (`Trainer(build_model())`);
         `trainer.model` when `trainer` is an instance whose class sets `self.model` so; `self` in a method of a Keras Model subclass; `self.model` in a Keras callback (Keras sets
-        it). False when unknown."""
+        it). False when unknown. With `built`, a model already built when it was made (`makes_a_model`);
+        `self` in a model's method is not known to be."""
         if depth > MAX_ALIAS_DEPTH or not name:
             return False
         # Each (name, place) is worked out once per file: callers of callers fan out, and a cut-off
         # answer (False while it is worked out: a cycle; False past the depth) errs towards silence.
-        key = ("holds a model", name, site.order)
+        key = ("holds a model", name, site.order, built)
         known = self.memo.get(key)
         if known is None:
             self.memo[key] = False
-            known = self.memo[key] = self._holds_a_model(name, site, depth)
+            known = self.memo[key] = self._holds_a_model(name, site, depth, built)
         return known
 
-    def _holds_a_model(self, name: str, site: Site, depth: int) -> bool:
+    def _holds_a_model(self, name: str, site: Site, depth: int, built: bool = False) -> bool:
         klass = self.self_class(name, site)
         if klass is not None:
-            return self.is_model_class(klass)
+            return not built and self.is_model_class(klass)
         head, _, attribute = name.partition(".")
         if attribute == "model":
             klass = self.self_class(head, site)
@@ -217,30 +252,30 @@ class KerasKinds:
             if isinstance(owner, Instance):
                 other = owner.klass.model
                 assigns = [assign for assign, _ in other.attribute_assigns(owner.klass.block, attribute)]
-                return bool(assigns) and all(other._binds_a_model(assign, depth) for assign in assigns)
+                return bool(assigns) and all(other._binds_a_model(assign, depth, built) for assign in assigns)
         assigns = self.assigns_of(name, site)
-        return bool(assigns) and all(self._binds_a_model(assign, depth) for assign in assigns)
+        return bool(assigns) and all(self._binds_a_model(assign, depth, built) for assign in assigns)
 
-    def _binds_a_model(self, assign, depth: int) -> bool:
+    def _binds_a_model(self, assign, depth: int, built: bool = False) -> bool:
         value = assign.value
         if assign.kind == "param":
             fn = self.functions.get(self.facts.scope_of(assign.site))
             passed = self.arguments_for(fn, assign.target) if fn is not None else None
-            return bool(passed) and all(self._is_a_model(call, argument, depth + 1) for call, argument in passed)
+            return bool(passed) and all(self._is_a_model(call, argument, depth + 1, built) for call, argument in passed)
         if assign.kind != "assign" or value is None:
             return False
         if value.kind == "call":
             made = self.value_call(assign)
-            return made is not None and self.makes_a_model(made, depth + 1)
-        return value.kind in ("name", "attribute") and self.holds_a_model(value.text, assign.site, depth + 1)
+            return made is not None and self.makes_a_model(made, depth + 1, built=built)
+        return value.kind in ("name", "attribute") and self.holds_a_model(value.text, assign.site, depth + 1, built=built)
 
-    def _is_a_model(self, call: Call, argument, depth: int) -> bool:
-        """Whether `argument`, passed by `call`, is a Keras model."""
+    def _is_a_model(self, call: Call, argument, depth: int, built: bool = False) -> bool:
+        """Whether `argument`, passed by `call`, is a Keras model (`built`: one built when made)."""
         if argument.kind == "call":
             span = call.span_of(argument)
             made = self.call_at(span, argument) if span is not None else None
-            return made is not None and self.makes_a_model(made, depth)
-        return argument.kind in ("name", "attribute") and self.holds_a_model(argument.text, call.site, depth)
+            return made is not None and self.makes_a_model(made, depth, built=built)
+        return argument.kind in ("name", "attribute") and self.holds_a_model(argument.text, call.site, depth, built=built)
 
     # -- bindings ---------------------------------------------------------------------------
     def _definition(self, assign, scope: int):

@@ -14,6 +14,13 @@ what its tapes watched (`tape.watched_variables()`): that loop trains it.
 Silent for Keras 2 code (`keras-version = "2"`, or a file that imports `tf_keras` itself):
 Keras 2 tracked `tf.Variable` attributes as `tf.Module` does.
 
+Also flags sublayers attached past Keras's attribute tracking (its `__setattr__`):
+`self.__dict__.update(...)`, `object.__setattr__(self, name, layer)` and
+`self.__dict__[name] = layer`, when what is attached is a Keras layer made right there
+(`Dense(...)`, a layer class of the file) or a dict whose name says it holds modules or
+layers (`self.__dict__.update(kwarg_modules)`). Unknown values (`self.__dict__.update(config)`)
+are left alone, and so is Keras 2 code (not measured there).
+
 ## Why is this bad?
 Keras 3 tracks only its own variables. A `tf.Variable` on a layer is not in the
 layer's `trainable_variables` (nor in `weights`), so nothing that asks the model for
@@ -22,6 +29,12 @@ trainable weights" and trains nothing), a custom loop's
 `tape.gradient(loss, model.trainable_variables)` leaves it out and it keeps its initial
 value, and `save_weights` does not save it. The TensorFlow 2 guides wrote layers this
 way for Keras 2, where it worked.
+
+A sublayer attached through `self.__dict__` or `object.__setattr__` is not tracked either:
+measured on TensorFlow 2.21 / Keras 3.15, a layer given two `Dense` sublayers by
+`self.__dict__.update(modules)` has 0 trainable variables (4 with `setattr`), a model
+holding it has 2 of its 6, and `fit` never moves the sublayers' kernels (`save_weights`
+still saves them: Keras's saving walks the attributes itself).
 
 ## Example
 ```python
@@ -57,7 +70,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from tapecheck.model import GRADIENT_METHODS, MODEL_CLASSES, method_of, model_of
+from tapecheck.model import GRADIENT_METHODS, MODEL_CLASSES, Klass, method_of, model_of
 from tapecheck.rules._common import flatten, is_keras_class, report
 
 CODE = "TAP107"
@@ -76,12 +89,30 @@ VARIABLE_CALL = re.compile(rb"Variable[\s\\]*\(")
 
 
 def screen(source: bytes) -> bool:
-    """A class and a `...Variable(` call here, in a file that names Keras (where a layer's base
-    is resolved from). The rule reads the call as spelled (no alias of `tf.Variable`)."""
-    return b"keras" in source and b"class" in source and b"Variable" in source and VARIABLE_CALL.search(source) is not None
+    """A class and a `...Variable(` call here (or `__dict__` / `__setattr__`: a sublayer attached past
+    tracking), in a file that names Keras (where a layer's base is resolved from). The rule reads the
+    call as spelled (no alias of `tf.Variable`)."""
+    if b"keras" not in source or b"class" not in source:
+        return False
+    if b"__dict__" in source or b"__setattr__" in source:
+        return True
+    return b"Variable" in source and VARIABLE_CALL.search(source) is not None
 
 
 VALID = [
+    # hyperparameters through __dict__, a parent kept out of tracking on purpose, setattr
+    """
+import keras
+class Block(keras.layers.Layer):
+    def __init__(self, parent=None, **config):
+        super().__init__()
+        self.__dict__.update(config)
+        object.__setattr__(self, "_parent", parent)
+        for name, layer in {"fc": keras.layers.Dense(2)}.items():
+            setattr(self, name, layer)
+    def call(self, x):
+        return self.fc(x)
+""",
     # Keras's own variables; a counter that is not trained
     """
 import keras
@@ -158,6 +189,25 @@ def step(x, y):
 ]
 
 INVALID = [
+    # sublayers attached past Keras's tracking: a DAG layer of named modules, a dict, object.__setattr__
+    """
+import tensorflow as tf
+tfkl = tf.keras.layers
+class DAGLayer(tfkl.Layer):
+    def __init__(self, dag, **kwarg_modules):
+        super().__init__()
+        self.module_names = list(kwarg_modules)
+        self.__dict__.update(kwarg_modules)  # expect: TAP107
+        self.dag = dag
+class Head(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.__dict__.update({"hidden": tfkl.Dense(8), "out": tfkl.Dense(1)})  # expect: TAP107
+        object.__setattr__(self, "norm", tfkl.LayerNormalization())  # expect: TAP107
+        self.__dict__["extra"] = DAGLayer([])  # expect: TAP107
+    def call(self, x):
+        return self.out(self.hidden(self.norm(x)))
+""",
     # the TF 2 guide's layer, and a model with a list of them
     """
 import tensorflow as tf
@@ -190,11 +240,21 @@ class Gate(Base):
 
 
 def _keras_layer(model, klass) -> bool:
-    """A subclass of a Keras layer or model (not of a plain `tf.Module`, which tracks `tf.Variable`s)."""
+    """A subclass of a Keras layer or model (not of a plain `tf.Module`, which tracks `tf.Variable`s),
+    also through a module-level alias (`tfkl = tf.keras.layers`, `class Net(tfkl.Layer)`) and
+    `tf.compat.v2.keras` (the same package as `tf.keras`)."""
     return any(
         base in KERAS_BASES or is_keras_class(base, "layers") or is_keras_class(base, "models")
-        for cls in model.bases(klass) for base in cls.bases
+        for cls in model.bases(klass) for base in map(_v2, model.base_names(cls))
     )
+
+
+def _v2(dotted: str) -> str:
+    """`tensorflow.keras.layers.Layer` for `tensorflow.compat.v2.keras.layers.Layer`."""
+    return "tensorflow." + dotted[len(V2):] if dotted.startswith(V2) else dotted
+
+
+V2 = "tensorflow.compat.v2."
 
 
 def _trained_by_name(facts, spans) -> set[str]:
@@ -235,6 +295,7 @@ def check(facts):
     model = model_of(facts)
     if _trains_what_was_watched(facts):
         return
+    yield from _attached_past_tracking(model, facts)
     handed = None  # worked out when first needed
     for fn in model.functions.values():
         klass = fn.owner
@@ -307,3 +368,67 @@ def _trainable_variable(model, expr, assign) -> bool:
         return False
     dtype = expr.keywords.get("dtype")
     return dtype is None or not any(word in dtype.text for word in ("int", "bool"))
+
+
+# Words of a dict's name that say its values are modules (`kwarg_modules`, `sub_layers`, `networks`).
+MODULE_WORDS = frozenset({"modules", "submodules", "layers", "sublayers", "networks", "nets"})
+
+
+def _attached_past_tracking(model, facts):
+    """`self.__dict__.update(...)`, `object.__setattr__(self, name, value)` and `self.__dict__[name] =
+    value` in a method of a Keras layer or model, attaching a Keras layer made there or a dict named
+    for modules: Keras's `__setattr__` never sees them."""
+    for fn in model.functions.values():
+        klass = fn.owner
+        if klass is None or not fn.bound or not _keras_layer(model, klass):
+            continue
+        if any(method.name in OWN_LISTS for cls in model.bases(klass) for method in model.methods(cls)):
+            continue
+        me = fn.self_name
+        for call in model.calls_in_scope(fn.block.id):
+            if call.func.text == f"{me}.__dict__.update" and call.args:
+                value, span = call.args[0], (call.site.order, call.end_order)
+                what = f"`{me}.__dict__.update(...)`"
+            elif call.func.text == "object.__setattr__" and len(call.args) == 3 \
+                    and call.args[0].kind == "name" and call.args[0].text == me:
+                value, span = call.args[2], call.arg_span(2, "value") or (call.site.order, call.end_order)
+                what = "`object.__setattr__(...)`"
+            else:
+                continue
+            if _holds_layers(model, value, span, call.site):
+                yield _past_tracking(facts, call.site, what, klass)
+        for store in facts.stores:
+            if store.target == f"{me}.__dict__" and facts.scope_of(store.site) == fn.block.id \
+                    and store.value is not None and _holds_layers(model, store.value, store.span, store.site):
+                yield _past_tracking(facts, store.site, f"`{me}.__dict__[...] = ...`", klass)
+
+
+def _holds_layers(model, value, span, site) -> bool:
+    """A Keras layer made in `span` (`Dense(...)`, a layer class of the file), or a name (`kwarg_modules`)
+    whose words say it holds modules or layers."""
+    if value.kind == "name" and value.text:
+        return bool(MODULE_WORDS & set(value.text.lower().split("_")))
+    made = [(value.func_text, site)] if value.kind == "call" and value.func_text else []
+    made += [(call.func.text, call.site) for call in model.spans.calls_in(span) if call.func.text]
+    return any(_makes_a_layer(model, name, at) for name, at in made)
+
+
+def _makes_a_layer(model, name: str, site) -> bool:
+    """Whether calling `name` at `site` makes a Keras layer or model (a Keras class, or one of the file)."""
+    callee = model.resolved(name, site)
+    if is_keras_class(callee, "layers") or is_keras_class(callee, "models"):
+        return True
+    made = model.binding(name, site)
+    return isinstance(made, Klass) and _keras_layer(model, made.block)
+
+
+def _past_tracking(facts, site, what: str, klass):
+    finding = report(
+        facts, site, CODE,
+        f"{what} attaches layers to `{klass.name}` past Keras's attribute tracking (its `__setattr__`): "
+        "Keras 3 does not track them, so their weights are missing from the model's `trainable_variables`: "
+        "`fit` and a custom loop over them never train them",
+        "Attach each with `setattr(self, name, layer)` (or `self.name = layer`): Keras tracks layers set "
+        "through its `__setattr__`.",
+    )
+    return dataclasses.replace(finding, details={"keras2": None})
