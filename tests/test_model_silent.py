@@ -176,3 +176,12 @@ def test_a_notebook_tape_bound_again_by_the_next_cell_is_dropped_and_only_the_la
 def test_layer_state_in_a_plain_tf_variable_is_left_out_of_save_weights():
     assert run("bad", "layer_state_counter_saved.py") == 0.0  # restored from its initial value
     assert run("good", "layer_state_counter_saved.py") == 6.0
+
+
+def test_a_trainer_differentiating_the_prediction_instead_of_the_loss_diverges():
+    first, last = run("bad", "trainer_gradient_of_prediction.py", 60)
+    good_first, good_last = run("good", "trainer_gradient_of_prediction.py", 60)
+    assert first == pytest.approx(good_first)  # the same model, data and first step
+    assert last > 100 * first  # the gradient of sum(pred) ignores the labels: the loss grows
+    assert good_last < first / 100
+
