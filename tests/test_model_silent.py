@@ -185,3 +185,16 @@ def test_a_trainer_differentiating_the_prediction_instead_of_the_loss_diverges()
     assert last > 100 * first  # the gradient of sum(pred) ignores the labels: the loss grows
     assert good_last < first / 100
 
+
+def test_logits_given_to_a_probability_cross_entropy_get_no_gradient_outside_zero_one():
+    dead, accuracy, ce = run("bad", "segmentation_logits_bce.py", 50)
+    good_dead, good_accuracy, good_ce = run("good", "segmentation_logits_bce.py", 50)
+    assert dead > 0.5 and good_dead == 0.0  # clipped to [1e-7, 1 - 1e-7]: a flat loss for most logits
+    assert ce > 2 * good_ce and accuracy < good_accuracy  # the dice term alone trains it, slower
+
+
+def test_a_linear_head_scored_as_probabilities_stops_learning():
+    accuracy, ce = run("bad", "classifier_linear_head_loss.py", 100)
+    good_accuracy, good_ce = run("good", "classifier_linear_head_loss.py", 100)
+    assert accuracy < 0.7 and ce > 1.0  # stuck: clipped rows give no gradient
+    assert good_accuracy > 0.95 and good_ce < 0.2
