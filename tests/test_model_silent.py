@@ -223,3 +223,25 @@ def test_modules_attached_through_dunder_dict_are_never_trained():
     assert (count, wet) == (1, 0.0)  # only the decoder's gain is tracked: the reverb never moves
     assert good_count == 2 and good_wet == pytest.approx(0.5, abs=1e-2)  # the target's wet level
     assert loss > 0.1 > 1e-6 > good_loss
+
+
+def test_a_trainer_differentiating_the_prediction_instead_of_the_loss_diverges():
+    first, last = run("bad", "trainer_gradient_of_prediction.py", 60)
+    good_first, good_last = run("good", "trainer_gradient_of_prediction.py", 60)
+    assert first == pytest.approx(good_first)  # the same model, data and first step
+    assert last > 100 * first  # the gradient of sum(pred) ignores the labels: the loss grows
+    assert good_last < first / 100
+
+
+def test_logits_given_to_a_probability_cross_entropy_get_no_gradient_outside_zero_one():
+    dead, accuracy, ce = run("bad", "segmentation_logits_bce.py", 50)
+    good_dead, good_accuracy, good_ce = run("good", "segmentation_logits_bce.py", 50)
+    assert dead > 0.5 and good_dead == 0.0  # clipped to [1e-7, 1 - 1e-7]: a flat loss for most logits
+    assert ce > 2 * good_ce and accuracy < good_accuracy  # the dice term alone trains it, slower
+
+
+def test_a_linear_head_scored_as_probabilities_stops_learning():
+    accuracy, ce = run("bad", "classifier_linear_head_loss.py", 100)
+    good_accuracy, good_ce = run("good", "classifier_linear_head_loss.py", 100)
+    assert accuracy < 0.7 and ce > 1.0  # stuck: clipped rows give no gradient
+    assert good_accuracy > 0.95 and good_ce < 0.2
