@@ -2,21 +2,19 @@
 
 Before issue 25 a mention of `TF_USE_LEGACY_KERAS` anywhere in the run (a comment in an
 unrelated script) turned TAP302/TAP404 off for every file, so `lint .` and `lint file.py`
-disagreed. Real files, the real CLI in a subprocess; no TensorFlow.
+disagreed. Real files, the real CLI (click's runner, in this process: stdout and stderr
+apart); no TensorFlow.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from click.testing import CliRunner
 
+from tapecheck.cli import main
 from tapecheck.lint.parallel import keras2_reason
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Five TAP302 findings in Keras 3 (lr=, legacy's lr=, reset_states, two get_gradients); in Keras 2
 # the Keras 2 messages of lines 4 and 9 remain (as tests/test_cli_ruff.py measures).
@@ -38,9 +36,9 @@ LEGACY = 'import os\n\nos.environ["TF_USE_LEGACY_KERAS"] = "1"\n'
 
 
 def _lint(*args, cwd):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-m", "tapecheck", "lint", "--no-cache", *args],
-                          env=env, capture_output=True, text=True, timeout=120, cwd=cwd)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        return CliRunner().invoke(main, ["lint", "--no-cache", *args], catch_exceptions=False)
 
 
 def _tap302(result, name: str) -> list[int]:

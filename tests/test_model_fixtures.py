@@ -33,11 +33,22 @@ def runnable(paths):
     return [p for p in paths if not p.name.startswith("_")]
 
 
+_FOLDERS: dict[Path, tuple[list, dict[Path, list]]] = {}
+
+
 def findings_of(path: Path):
-    """Lint the fixture's folder as one project (a fixture may import a sibling module)."""
-    report = lint_paths([str(path.parent)], jobs=1)
-    assert report.errors == []
-    return [f for f in report.findings if Path(f.path).resolve() == path.resolve()]
+    """Lint the fixture's folder as one project (a fixture may import a sibling module);
+    each folder is linted once per session, its findings indexed by file."""
+    folder = path.parent.resolve()
+    if folder not in _FOLDERS:
+        report = lint_paths([str(folder)], jobs=1)
+        by_file: dict[Path, list] = {}
+        for f in report.findings:
+            by_file.setdefault(Path(f.path).resolve(), []).append(f)
+        _FOLDERS[folder] = (report.errors, by_file)
+    errors, by_file = _FOLDERS[folder]
+    assert errors == []
+    return list(by_file.get(path.resolve(), []))
 
 
 def test_there_are_fixtures_of_both_kinds():

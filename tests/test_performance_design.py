@@ -291,11 +291,8 @@ def test_version_and_clean_runs_import_neither_libcst_nor_tensorflow(tmp_path):
 
 # -- processes ---------------------------------------------------------------------
 
-@pytest.fixture
-def tree(tmp_path):
-    """The fixtures, plus files that cannot be linted and files no rule fires on."""
-    root = tmp_path / "tree"
-    shutil.copytree(ROOT / "fixtures", root)
+def _make_tree(root: Path, source: Path = ROOT / "fixtures") -> Path:
+    shutil.copytree(source, root)
     (root / "syntax_error.py").write_text("import tensorflow as tf\ntape = tf.GradientTape(\n")
     (root / "binary.py").write_bytes(b"GradientTape\0\x01\x02")
     (root / "latin1.py").write_bytes(b"# GradientTape\nname = '\xe9'\n")
@@ -304,8 +301,31 @@ def tree(tmp_path):
     return root
 
 
-def test_processes_give_the_single_process_results_in_order(tree):
-    one = lint_paths([str(tree)], jobs=1)
+@pytest.fixture
+def tree(tmp_path):
+    """The fixtures, plus files that cannot be linted and files no rule fires on."""
+    return _make_tree(tmp_path / "tree")
+
+
+@pytest.fixture(scope="module")
+def shared_tree(tmp_path_factory):
+    """The same tree, made once for the tests that only read it (their caches live elsewhere)."""
+    return _make_tree(tmp_path_factory.mktemp("shared") / "tree")
+
+
+@pytest.fixture(scope="module")
+def single(shared_tree, tmp_path_factory):
+    """The plain library call, one process, no cache, run once from an empty working folder:
+    (its report, that folder)."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        report = lint_paths([str(shared_tree)], jobs=1)
+    return report, cwd
+
+
+def test_processes_give_the_single_process_results_in_order(shared_tree, single):
+    tree, (one, _) = shared_tree, single
     two = lint_paths([str(tree)], jobs=2)
     assert one.findings and len(one.errors) == 3
     assert (two.findings, two.errors, two.files_checked) == (one.findings, one.errors, one.files_checked)
@@ -322,8 +342,8 @@ def test_batches_follow_the_largest_first_order_and_cut_by_size():
     assert parallel._batches(pending, order) == [[0], [2, 3], [1, 4]]
 
 
-def test_results_come_back_in_order_across_many_batches(tree, monkeypatch):
-    one = lint_paths([str(tree)], jobs=1)
+def test_results_come_back_in_order_across_many_batches(shared_tree, single, monkeypatch):
+    tree, (one, _) = shared_tree, single
     monkeypatch.setattr(parallel, "BATCH_BYTES", 1)  # every file a batch of its own
     two = lint_paths([str(tree)], jobs=2)
     assert (two.findings, two.errors, two.files_checked) == (one.findings, one.errors, one.files_checked)
@@ -342,10 +362,10 @@ def _entries(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and p.parent.parent.name.startswith("v")]
 
 
-def test_a_warm_run_serves_identical_results_from_the_cache(tree, tmp_path):
+def test_a_warm_run_serves_identical_results_from_the_cache(shared_tree, single, tmp_path):
+    tree, (uncached, _) = shared_tree, single
     cold_cache = Cache(root=str(tmp_path / "cache"), rule_codes=[r.code for r in RULES])
     cold = lint_paths([str(tree)], jobs=1, cache=cold_cache)
-    uncached = lint_paths([str(tree)], jobs=1)
     warm_cache = Cache(root=str(tmp_path / "cache"), rule_codes=[r.code for r in RULES])
     warm = lint_paths([str(tree)], jobs=1, cache=warm_cache)
     assert (warm.findings, warm.errors, warm.files_checked) == (cold.findings, cold.errors, cold.files_checked)
@@ -366,7 +386,8 @@ def test_the_key_covers_content_path_rules_and_context(tmp_path):
     assert key != Cache(root=str(tmp_path), rule_codes=["TAP101", "TAP201"], context="index").key("a.py", b"x = 1\n")
 
 
-def test_corrupt_and_foreign_entries_are_ignored_and_rewritten(tree, tmp_path):
+def test_corrupt_and_foreign_entries_are_ignored_and_rewritten(shared_tree, tmp_path):
+    tree = shared_tree
     codes = [r.code for r in RULES]
     first = Cache(root=str(tmp_path / "cache"), rule_codes=codes)
     expected = lint_paths([str(tree)], jobs=1, cache=first)
@@ -402,7 +423,9 @@ def test_two_runs_sharing_one_cache(tree, tmp_path):
     assert warm == reference
 
 
-def test_no_cache_writes_nothing_and_the_folder_follows_pyproject(tree, tmp_path):
+def test_no_cache_writes_nothing_and_the_folder_follows_pyproject(tmp_path):
+    # where the cache goes, per run: the bad fixtures and the odd files are enough to write one
+    tree = _make_tree(tmp_path / "tree", ROOT / "fixtures" / "bad")
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
     (tmp_path / "sub").mkdir()
     assert cache_root(str(tmp_path / "sub")) == str(tmp_path / ".tapecheck_cache")
@@ -418,10 +441,10 @@ def test_no_cache_writes_nothing_and_the_folder_follows_pyproject(tree, tmp_path
     assert not (tmp_path / "sub" / ".tapecheck_cache").exists()
 
 
-def test_library_calls_do_not_cache_unless_asked(tree, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    lint_paths([str(tree)], jobs=1)
-    assert not os.path.exists(tmp_path / ".tapecheck_cache")
+def test_library_calls_do_not_cache_unless_asked(single):
+    report, cwd = single  # lint_paths([tree], jobs=1), run in the empty folder `cwd`
+    assert report.files_checked > 20 and report.findings
+    assert not os.path.exists(cwd / ".tapecheck_cache") and not list(cwd.iterdir())
 
 
 def test_a_worker_killed_mid_run_costs_nothing_but_time(tmp_path):
@@ -430,7 +453,7 @@ def test_a_worker_killed_mid_run_costs_nothing_but_time(tmp_path):
     import time
 
     root = tmp_path / "many"
-    for copy in range(30):
+    for copy in range(10):  # 160 files: seconds of work, and a worker is seen within 0.02 s of its start
         shutil.copytree(ROOT / "fixtures" / "bad", root / f"copy{copy}")
     command = [sys.executable, "-m", "tapecheck", "lint", "--no-cache", str(root)]
     alone = subprocess.run([*command, "-j", "1"], capture_output=True, text=True, cwd=tmp_path)

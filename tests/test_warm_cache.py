@@ -72,20 +72,37 @@ def settle() -> None:
     time.sleep(RACY_NS / 1e9 + 0.1)
 
 
-@pytest.fixture
-def tree(tmp_path):
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")  # the cache lives beside it
-    (tmp_path / "train.py").write_text(LATE)
-    (tmp_path / "models.py").write_text(MODELS)
-    (tmp_path / "broken.py").write_text("def f(:\n")  # screened out, and not Python
-    (tmp_path / "compat.py").write_text("import tf_keras\n")  # Keras 2 itself; the other files stay Keras 3
-    (tmp_path / "metrics.py").write_text(
+def make_tree(root: Path) -> Path:
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")  # the cache lives beside it
+    (root / "train.py").write_text(LATE)
+    (root / "models.py").write_text(MODELS)
+    (root / "broken.py").write_text("def f(:\n")  # screened out, and not Python
+    (root / "compat.py").write_text("import tf_keras\n")  # Keras 2 itself; the other files stay Keras 3
+    (root / "metrics.py").write_text(
         "import tensorflow as tf\nm = tf.keras.metrics.Mean()\nm.reset_states()\nimport tf_keras\n"
     )
     for number in range(20):
-        (tmp_path / f"plain{number}.py").write_text(f"x = {number}\n")
+        (root / f"plain{number}.py").write_text(f"x = {number}\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def aged_trees(tmp_path_factory):
+    """One fresh, untouched tree per test, all made first and aged by a single wait."""
+    folder = tmp_path_factory.mktemp("trees")
+    trees = [make_tree(folder / f"tree{n}") for n in range(8)]
     settle()
-    return tmp_path
+    return trees
+
+
+@pytest.fixture
+def tree(aged_trees, tmp_path):
+    if aged_trees:
+        return aged_trees.pop()
+    root = make_tree(tmp_path / "tree")  # more tests than trees made: this one ages alone
+    settle()
+    return root
 
 
 def test_a_warm_run_reads_no_unchanged_file_and_reports_the_same(tree):

@@ -92,28 +92,63 @@ def apply_edits(text: str, edits: Iterable[Edit], newline: str = "\n") -> str:
 
 
 # -- finding the nodes ----------------------------------------------------------------
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _children(node) -> list:
+    """`node.children` (the nodes libcst's visit walks, in its order), without libcst's visit."""
+    from libcst import CSTNode
+
+    from tapecheck.lint.fastcst import child_fields
+
+    kind = node.__class__
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = tuple(dict.fromkeys(child_fields(kind)))  # ImportFrom names `names` twice
+    out = []
+    for field in fields:
+        child = getattr(node, field)
+        if child.__class__ is tuple or child.__class__ is list:
+            out.extend(item for item in child if isinstance(item, CSTNode))
+        elif isinstance(child, CSTNode):
+            out.append(child)
+    return out
+
+
 class _Tree:
     """A parsed file with positions, parents and the facts, for the fixers."""
 
     def __init__(self, text: str, path: str):
         import libcst as cst
-        from libcst.metadata import MetadataWrapper, PositionProvider
 
         from tapecheck.lint.extract import extract
+        from tapecheck.lint.fastcst import UNMARKED, Positions, parse_module
 
         self.cst = cst
         self.text = text
         starts = _line_starts(text)  # the parser's line breaks, not str.splitlines' (form feeds...)
         self.lines = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)]) if a < b]
-        wrapper = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
-        self.module = wrapper.module
-        self.positions = wrapper.resolve(PositionProvider)
+        # The lint's own parse and positions (libcst's tree and libcst's ranges, tests/test_positions.py),
+        # not libcst's validating parse and PositionProvider: those took most of a fixable file's lint.
+        self.module = parse_module(text)
+        self.positions = Positions(self.module)
         self.parents: dict = {}
         self._by_start: dict[tuple[int, int], list] = {}
-        for node, where in self.positions.items():
-            self._by_start.setdefault((where.start.line, where.start.column + 1), []).append(node)
-            for child in node.children:
+        # Every node, children before their parent (PositionProvider's order: of the nodes that
+        # start at one place, the innermost first), indexed by start unless no position is asked of its type.
+        pending = [(self.module, False)]
+        while pending:
+            node, done = pending.pop()
+            if done:
+                if node.__class__ not in UNMARKED:
+                    where = self.positions.start(node)
+                    self._by_start.setdefault((where.line, where.column + 1), []).append(node)
+                continue
+            pending.append((node, True))
+            children = _children(node)
+            for child in children:
                 self.parents[child] = node
+            pending.extend((child, False) for child in reversed(children))
         self.facts = extract(self.module, path)
 
     def start(self, node) -> tuple[int, int]:
