@@ -245,3 +245,10 @@ def test_a_linear_head_scored_as_probabilities_stops_learning():
     good_accuracy, good_ce = run("good", "classifier_linear_head_loss.py", 100)
     assert accuracy < 0.7 and ce > 1.0  # stuck: clipped rows give no gradient
     assert good_accuracy > 0.95 and good_ce < 0.2
+
+
+def test_a_block_reading_training_from_kwargs_never_drops_out_under_keras_3():
+    bad_differ, bad_loss = run("bad", "block_training_from_kwargs.py")
+    good_differ, good_loss = run("good", "block_training_from_kwargs.py")
+    assert bad_differ is False and good_differ is True  # the Dropout never runs in the bad one
+    assert abs(bad_loss - good_loss) > 0.05

@@ -25,7 +25,10 @@ flags a sublayer's `call` run directly (`self.layer.call(x)`: it skips Keras's
 `__call__`, so the `training` of the call context never reaches it) and a
 sublayer given a literal `training=True` (it stays in training mode at inference).
 A sublayer called with no `training` at all is fine: Keras 3 hands it the
-`training` its caller was called with.
+`training` its caller was called with. And a layer's `call(self, inputs,
+**kwargs)` that reads `kwargs.get("training")`: Keras 3 passes `training` only
+to a `call` whose signature names it, so the value is always the default
+(Keras 2 did put it in `**kwargs`; silent with `keras-version = "2"`).
 
 A frozen model on the tape (a distillation teacher, the discriminator in the
 generator's step) and `training=False` written on purpose (fine-tuning with
@@ -79,6 +82,8 @@ def train_step(optimizer, loss_fn, x, y):
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import re
 
@@ -113,10 +118,11 @@ TRAINING_TRUE = re.compile(rb"training\s*=\s*True")
 
 
 def screen(source: bytes) -> bool:
-    """A model trained under a tape, one called with `training=True` (however spaced), or a layer's
-    `call` that runs a sublayer's `.call(` directly."""
+    """A model trained under a tape, one called with `training=True` (however spaced), a layer's
+    `call` that runs a sublayer's `.call(` directly, or one that reads `"training"` from its kwargs."""
     return (b"GradientTape" in source or TRAINING_TRUE.search(source) is not None
-            or (b".call(" in source and b"training" in source))
+            or (b".call(" in source and b"training" in source)
+            or b"\"training\"" in source or b"'training'" in source)
 
 
 TEST_FILE = re.compile(r"test_.*\.py|.*_test\.py|conftest\.py")
@@ -279,6 +285,18 @@ def step(opt, x, y):
 ]
 
 INVALID = [
+    # a layer reading the mode from `**kwargs`: Keras 3 never puts it there
+    """
+import keras
+class NoisyBlock(keras.layers.Layer):
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(units)
+        self.dropout = keras.layers.Dropout(0.5)
+    def call(self, inputs, **kwargs):
+        training = kwargs.get("training", False)  # expect: TAP403
+        return self.dropout(self.dense(inputs), training=training)
+""",
     # a wrapper runs the wrapped layer's `call` directly: the context's `training` never reaches it
     """
 import keras
@@ -706,6 +724,8 @@ def _sublayer_calls(model):
     if TEST_FILE.fullmatch(os.path.basename(facts.path)):
         return  # tests pin a layer's mode on purpose, to check what Keras does with it
     for fn in model.functions.values():
+        if fn.name == "call" and fn.owner is not None and "training" not in fn.params and model.is_keras(fn.owner):
+            yield from _training_from_kwargs(model, fn)
         if fn.name != "call" or fn.owner is None or "training" not in fn.params or not model.is_keras(fn.owner):
             continue
         calls = model.calls_in_scope(fn.block.id)
@@ -740,6 +760,29 @@ def _sublayer_calls(model):
                 "inference and validation too",
                 "Pass the flag on: `training=training`.",
             )
+
+
+def _training_from_kwargs(model, fn):
+    """A layer's `call(self, inputs, **kwargs)` that reads `kwargs.get("training")`: Keras 3 passes
+    `training` only to a `call` whose signature names it (`Layer._call_has_training_arg`), so the
+    value read is always the default, whatever mode the layer runs in."""
+    facts = model.facts
+    for call in model.calls_in_scope(fn.block.id):
+        receiver, _, method = call.func.text.rpartition(".")
+        if method not in ("get", "pop") or receiver not in fn.params[1:] or not call.args:
+            continue
+        key = call.args[0]
+        if key.kind != "constant" or key.value != "training":
+            continue
+        finding = report(
+            facts, call.site, CODE,
+            f"`{fn.qualname}` reads `training` from `**{receiver}`, but Keras 3 passes `training` only to a "
+            f"`call` whose signature names it: `{call.func.text}(\"training\")` is always its default here, "
+            "so what it drives (Dropout, BatchNormalization, noise) never switches to training mode",
+            f"Add `training=None` to the signature: `def call(self, inputs, training=None, **{receiver}):`.",
+        )
+        # Keras 2 passes `training` to a `call` that takes `**kwargs`: silent there
+        yield dataclasses.replace(finding, details={"keras2": None})
 
 
 def _guarded_by_training(facts, model, call, fn) -> bool:

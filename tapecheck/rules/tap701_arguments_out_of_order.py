@@ -59,7 +59,9 @@ Keras layer, model or loss: library code reorders parameters on purpose
 (`assert_greater(x, y)` written as `assert_less(y, x)`). Only
 functions whose definition is in the linted files, called by their name, by
 `self.method(...)` or through an imported module; only arguments that are plain
-names or attributes (`self.gamma` is read as `gamma`). A call that names the
+names, attributes (`self.gamma` is read as `gamma`) or subscripts (`rewards[agent]`),
+and only two or more arguments each named like another's parameter (a swap, a
+rotation): one name alone in another place is often a choice of words. A call that names the
 swapped pair the other way round elsewhere in the same function (`sim(z1, z2) +
 sim(z2, z1)`, a symmetric loss) and a function calling itself are deliberate.
 '''
@@ -80,6 +82,17 @@ def screen(source: bytes) -> bool:
 
 
 VALID = [
+    # one name alone in another place: a choice of words (the keys' length is the mask's input length)
+    """
+import tensorflow as tf
+def causal_mask(batch_size, input_length, output_length):
+    return tf.linalg.band_part(tf.ones((batch_size, output_length, input_length)), -1, 0)
+class Decoder(tf.keras.layers.Layer):
+    def call(self, x, cache):
+        total_length = tf.shape(cache)[1]
+        input_length = tf.shape(x)[1]
+        return causal_mask(tf.shape(x)[0], total_length, input_length)
+""",
     # in the declared order, by keyword, or with other names
     """
 import tensorflow as tf
@@ -141,8 +154,9 @@ def _ordinal(index: int) -> str:
 
 
 def _argument_name(expr) -> str:
-    """`q` for a name `q`, `gamma` for `self.gamma` / `config.gamma`; "" otherwise."""
-    if expr.kind == "name":
+    """`q` for a name `q`, `gamma` for `self.gamma` / `config.gamma`, `rewards` for
+    `rewards[agent]`; "" otherwise."""
+    if expr.kind in ("name", "subscript"):
         return expr.text
     if expr.kind == "attribute" and expr.text:
         return expr.text.rsplit(".", 1)[-1]
@@ -163,19 +177,27 @@ def _names_passed(call) -> list[str]:
 
 def _misplaced(call, function: Function):
     """(position, argument name, its own parameter's position) of the first argument passed at a
-    position whose parameter has another name, while a parameter of the function bears its name."""
+    position whose parameter has another name, while a positional parameter bears its name, and
+    the argument passed at that parameter's position is misplaced too (a swap, or a longer
+    cycle): two values each named like the other's parameter. One name alone is often a choice
+    of words (`compute_mask(batch, total_length, input_length)` for `(batch, input_length,
+    output_length)`: the keys' length is the mask's input length)."""
     if call.spread:
         return None  # `*args`: the positions are unknown
     positional = _positional(function, call)
-    offset = len(function.params[: function.block.positional]) - len(positional)
-    every = function.params
-    for index, name in enumerate(_names_passed(call)):
-        if index >= len(positional) or not name or name == positional[index]:
+    names = _names_passed(call)
+
+    def own_position(index):
+        name = names[index] if index < len(names) else ""
+        if index >= len(positional) or not name or name == positional[index] or name in call.keywords:
+            return None
+        return positional.index(name) if name in positional else None
+
+    for index in range(len(names)):
+        own = own_position(index)
+        if own is None or own >= len(names) or own_position(own) is None:
             continue
-        if name in every[: function.block.positional] and name not in call.keywords:
-            own = every.index(name) - offset
-            if 0 <= own < len(positional):
-                return index, name, own
+        return index, names[index], own
     return None
 
 
@@ -236,7 +258,8 @@ def check(facts):
             continue
         positional = _positional(function, call)
         here = positional[index]
-        written = call.args[index].text or name
+        argument = call.args[index]
+        written = f"{argument.text}[...]" if argument.kind == "subscript" else argument.text or name
         defined = f"line {function.block.line}"
         if function.model is not model:
             defined += f" of {function.model.facts.path.rsplit('/', 1)[-1]}"
