@@ -32,3 +32,12 @@ def test_string_literals_equal_libcst_evaluated_values():
             assert literal(node) == node.evaluated_value, node.value
             compared += 1
     assert compared > 200
+
+
+def test_the_fast_walk_visits_each_child_field_once():
+    import libcst as cst
+
+    from tapecheck.lint.fastcst import child_fields
+
+    fields = child_fields(cst.ImportFrom)
+    assert fields.count("names") == 1 and "module" in fields

@@ -451,7 +451,8 @@ def _function_source(function) -> str:
 
 def child_fields(node_type: type) -> tuple[str, ...]:
     """The fields libcst's visit walks, in its order (from `_visit_and_replace_children`)."""
-    return tuple(_CHILD.findall(_function_source(node_type._visit_and_replace_children)))
+    # once each: `ImportFrom` names `names` on two branches (`*` or a list)
+    return tuple(dict.fromkeys(_CHILD.findall(_function_source(node_type._visit_and_replace_children))))
 
 
 def _only_trivia(annotation) -> bool:
