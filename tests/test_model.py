@@ -341,3 +341,65 @@ def test_tensorflows_short_names_are_the_keras_classes():
     assert keras_member("tensorflow.math.reduce_mean", "optimizers") == ""
     findings = lint_source("import tensorflow as tf\nopt = tf.optimizers.SGD(lr=0.1)\n", "t.py")
     assert [f.code for f in findings] == ["TAP302"]
+
+
+def test_which_keras_layers_hold_state_once_made():
+    """`layer_state`, measured on Keras 3.15: weights at the first call (Dense, BatchNormalization),
+    a SeedGenerator variable at construction (Dropout, RandomFlip), none (Flatten, Rescaling,
+    CenterCrop); a Sequential holds what its layers hold; a project class what its `__init__` and
+    `build` make."""
+    m = model("""
+        import tensorflow as tf
+        from tensorflow.keras import layers
+        class Scale(layers.Layer):
+            def build(self, shape):
+                self.w = self.add_weight(shape=(), initializer="ones")
+        class Identity(layers.Layer):
+            def call(self, x):
+                return x
+        class Block(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.dense = Scale()
+        a = layers.Dense(4)
+        b = layers.BatchNormalization()
+        c = tf.keras.layers.Dropout(0.5)
+        d = layers.RandomFlip("horizontal")
+        e = layers.Flatten()
+        f = tf.keras.Sequential([layers.CenterCrop(8, 8), layers.Rescaling(1 / 255)])
+        g = tf.keras.Sequential([layers.RandomCrop(8, 8), layers.Rescaling(1 / 255)])
+        h = Scale()
+        i = Identity()
+        j = Block()
+        k = layers.Concatenate()
+        """)
+    made = {a.site.line: m.value_call(a) for a in m.facts.assigns if a.kind == "assign" and len(a.target) == 1}
+    states = {line: m.layer_state(call) for line, call in made.items()}
+    assert states == {14: "weights", 15: "weights", 16: "seed", 17: "seed", 18: "", 19: "", 20: "seed",
+                      21: "weights", 22: "", 23: "weights", 24: ""}
+    kinds = {call.site.line: m.state_kind(call) for call in m.facts.calls if call.func.text.endswith("RandomCrop")}
+    assert kinds == {20: ""}  # inside the Sequential: the Sequential is the state made
+
+
+def test_the_functions_a_dataset_map_traces_through_lambdas():
+    """`mapped_functions`: a lambda bound in each branch of an `if`, or written in the call; the
+    receiver known as a dataset by its annotation."""
+    from tapecheck.model import dataset_map, mapped_functions
+
+    m = model("""
+        import tensorflow as tf
+        def prepare(element, training):
+            return element
+        def pipeline(dataset: tf.data.Dataset, training):
+            if training:
+                fn = lambda e: prepare(e, True)
+            else:
+                fn = lambda e: prepare(e, False)
+            return dataset.map(fn), dataset.map(lambda e: prepare(e, False))
+        def other(table):
+            return table.map(lambda e: prepare(e, False))
+        """)
+    maps = [call for call in m.facts.calls if call.method == "map"]
+    assert [dataset_map(m, call) for call in maps] == [True, True, False]
+    assert [fn.block.line for fn in mapped_functions(m, maps[0].args[0], maps[0].site)] == [7, 9]
+    assert [fn.block.line for fn in mapped_functions(m, maps[1].args[0], maps[1].site)] == [10]

@@ -33,6 +33,28 @@ KERAS_ROOTS = ("keras.", "tensorflow.keras.", "tf_keras.", "tensorflow.python.ke
 WEIGHT_METHODS = frozenset({"add_weight", "add_variable"})  # `self.add_weight(...)`: a layer's weight
 
 
+# Keras layers that hold state once made (measured on Keras 3.15, TF 2.21: variables after
+# construction and after one call). Weights, made at the first call (`build`): made again at every
+# forward pass, they start fresh each time, the model does not track them, no optimizer trains them.
+WEIGHT_LAYERS = frozenset({
+    "Dense", "EinsumDense", "Embedding", "BatchNormalization", "LayerNormalization", "GroupNormalization",
+    "Conv1D", "Conv2D", "Conv3D", "Convolution1D", "Convolution2D", "Convolution3D",
+    "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Convolution2DTranspose", "Convolution3DTranspose",
+    "DepthwiseConv1D", "DepthwiseConv2D", "SeparableConv1D", "SeparableConv2D",
+    "SeparableConvolution1D", "SeparableConvolution2D", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
+    "LSTM", "GRU", "SimpleRNN", "LSTMCell", "GRUCell", "SimpleRNNCell", "Bidirectional",
+    "MultiHeadAttention", "GroupQueryAttention", "PReLU",
+})
+# A `SeedGenerator` variable made in `__init__` (Dropout and the random augmentation layers): made
+# inside a traced function (`fit`, `tf.function`, `Dataset.map`) it raises ValueError.
+SEEDED_LAYERS = frozenset({
+    "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianDropout", "GaussianNoise",
+    "AlphaDropout", "RandAugment", "AugMix", "MixUp", "CutMix",
+})
+# Flatten, Reshape, Activation, ReLU, Softmax, Concatenate, Add, Permute, Lambda, pooling, Rescaling,
+# CenterCrop, Resizing, `Normalization(mean=, variance=)` hold none: made per call they cost nothing.
+
+
 # `tf.function` under every name the rules resolve: a function decorated or wrapped by one is traced.
 TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
 
@@ -273,7 +295,8 @@ class KerasKinds:
         return None
 
     def state_kind(self, call: Call) -> str:
-        """optimizer, metric or variable when the call makes one, else ""."""
+        """optimizer, metric, variable or layer (a Keras layer or model that holds state:
+        `layer_state`) when the call makes one, else ""."""
         callee = callee_of(self.facts, call)
         if callee in VARIABLE_CLASSES:
             return "variable"
@@ -285,7 +308,65 @@ class KerasKinds:
             made = self.binding(call.func.text, call.site)
             if isinstance(made, Klass) and self.is_keras(made, "metrics"):
                 return "metric"
+        if call.func.text and self.layer_state(call) and call.site.order not in self._inside_layers():
+            return "layer"
         return ""
+
+    def _inside_layers(self) -> set[int]:
+        """The orders of the calls made in the arguments of a Keras layer or model constructor
+        (`Sequential([Dense(4)])`, `Bidirectional(LSTM(8))`): the outer one is the state made."""
+        found = self.memo.get("inside layers")
+        if found is None:
+            found = self.memo["inside layers"] = set()
+            for call in self.spans.calls:
+                if call.args or call.keywords:
+                    callee = callee_of(self.facts, call)
+                    if keras_member(callee, "layers") or keras_member(callee, "models") or callee in MODEL_CLASSES:
+                        found.update(inner.site.order for inner in self.spans.calls_in((call.first_arg, call.end_order)))
+        return found
+
+    def layer_state(self, call: Call, depth: int = 0) -> str:
+        """What state the Keras layer or model `call` constructs holds: "weights" (`Dense`,
+        `BatchNormalization`, ... built at the first call), "seed" (the `SeedGenerator` variable of
+        `Dropout` and the `Random*` augmentation layers), or "" (a stateless layer: `Flatten`,
+        `Activation`, `Rescaling`; not a layer; not known). A `Sequential([...])` holds what its
+        listed layers hold; a layer or model class of the project holds what its `__init__` and
+        `build` make (`add_weight`, a `tf.Variable`, a stateful layer)."""
+        if depth > MAX_ALIAS_DEPTH or not call.func.text:
+            return ""
+        callee = callee_of(self.facts, call)
+        member = keras_member(callee, "layers")
+        if member:
+            if member in WEIGHT_LAYERS:
+                return "weights"
+            return "seed" if member in SEEDED_LAYERS or member.startswith("Random") else ""
+        if callee in MODEL_CLASSES and callee.endswith("Sequential") or keras_member(callee, "models") == "Sequential":
+            span = call.arg_span(0, "layers")
+            found = {self.layer_state(inner, depth + 1) for inner in self.spans.calls_in(span)} if span else set()
+            return "weights" if "weights" in found else "seed" if "seed" in found else ""
+        made = self.binding(call.func.text, call.site)
+        if isinstance(made, Klass) and self.is_keras(made, "layers"):
+            return made.model.class_state(made.block, depth + 1)
+        return ""
+
+    def class_state(self, klass: Block, depth: int = 0) -> str:
+        """What state an instance of the Keras layer or model class `klass` of this file holds once
+        made and called: what its `__init__` and `build` (of it or its local bases) make."""
+        key = ("class state", klass.id)
+        known = self.memo.get(key)
+        if known is None:
+            self.memo[key] = ""  # while it is worked out: a class that makes itself
+            found = set()
+            if depth <= MAX_ALIAS_DEPTH:
+                for name in ("__init__", "build"):
+                    fn = self.method_of_block(klass, name)
+                    for inner in self.calls_in_scope(fn.block.id) if fn is not None else ():
+                        if method_of(inner) in WEIGHT_METHODS or callee_of(self.facts, inner) in VARIABLE_CLASSES:
+                            found.add("weights")
+                        elif inner.func.text:
+                            found.add(self.layer_state(inner, depth + 1))
+            known = self.memo[key] = "weights" if "weights" in found else "seed" if "seed" in found else ""
+        return known
 
     # -- what Keras runs for you ---------------------------------------------------------
     def compiled_losses(self):
