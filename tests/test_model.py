@@ -403,3 +403,43 @@ def test_the_functions_a_dataset_map_traces_through_lambdas():
     assert [dataset_map(m, call) for call in maps] == [True, True, False]
     assert [fn.block.line for fn in mapped_functions(m, maps[0].args[0], maps[0].site)] == [7, 9]
     assert [fn.block.line for fn in mapped_functions(m, maps[1].args[0], maps[1].site)] == [10]
+
+
+def test_which_subclassed_models_wait_for_their_first_call_to_make_weights():
+    """`builds_lazily`: a `Dense` made in `__init__`, a `build` that adds weights, a project layer
+    that builds lazily; not a class whose `__init__` calls itself, a layer of its own or `build`,
+    not one whose only layers are a `Sequential` opened with `keras.Input`, not a plain class."""
+    m = model("""
+        import tensorflow as tf
+        class Critic(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.q = tf.keras.layers.Dense(1)
+        class Encoder(tf.keras.layers.Layer):
+            def build(self, shape):
+                self.w = self.add_weight(shape=(shape[-1], 4))
+        class Wrapper(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.encoder = Encoder()
+        class SelfBuilt(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.q = tf.keras.layers.Dense(1)
+                self.q(tf.zeros((1, 3)))
+        class SuperBuilt(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.q = tf.keras.layers.Dense(1)
+                super().build((None, 3))
+        class WithInput(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.net = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
+        class Plain:
+            def __init__(self):
+                self.q = tf.keras.layers.Dense(1)
+        """)
+    lazy = {klass.name: m.builds_lazily(klass) for klass in m.classes.values()}
+    assert lazy == {"Critic": True, "Encoder": True, "Wrapper": True, "SelfBuilt": False, "SuperBuilt": False,
+                    "WithInput": False, "Plain": False}

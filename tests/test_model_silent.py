@@ -176,3 +176,11 @@ def test_a_notebook_tape_bound_again_by_the_next_cell_is_dropped_and_only_the_la
 def test_layer_state_in_a_plain_tf_variable_is_left_out_of_save_weights():
     assert run("bad", "layer_state_counter_saved.py") == 0.0  # restored from its initial value
     assert run("good", "layer_state_counter_saved.py") == 6.0
+
+
+def test_an_actors_variables_kept_before_its_first_call_leave_its_heads_untrained():
+    kept, total, moved, loss = run("bad", "gaussian_actor_params_partial.py")
+    good_kept, good_total, good_moved, good_loss = run("good", "gaussian_actor_params_partial.py")
+    assert (kept, total, moved) == (2, 6, False)  # only the body built by its Input is in the list
+    assert (good_kept, good_total, good_moved) == (6, 6, True)
+    assert loss > 10 * good_loss

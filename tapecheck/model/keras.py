@@ -368,6 +368,60 @@ class KerasKinds:
             known = self.memo[key] = "weights" if "weights" in found else "seed" if "seed" in found else ""
         return known
 
+    def builds_lazily(self, klass: Block, depth: int = 0) -> bool:
+        """Whether a new instance of the Keras layer or model class `klass` of this file lacks weights
+        it will make at its first call: its `__init__` (or a local base's) makes a layer that builds
+        at its first call (`Dense`, a `Sequential` not opened with `keras.Input`, a class of the
+        project that builds lazily) or the class has a `build` making weights; and `__init__` never
+        calls the model or a layer of it, nor `build` (`self(x)`, `self.net(x)`, `self.build(...)`,
+        `super().build(...)`, `self.setup()`: it may be built there). False when unknown. Measured
+        on Keras 3.15: such a model's `trainable_variables` is `[]` until its first call, and only
+        what `keras.Input` built is there."""
+        key = ("builds lazily", klass.id)
+        known = self.memo.get(key)
+        if known is None:
+            self.memo[key] = False  # while it is worked out: a class that makes itself
+            known = self.memo[key] = depth <= MAX_ALIAS_DEPTH and self._builds_lazily(klass, depth)
+        return known
+
+    def _builds_lazily(self, klass: Block, depth: int) -> bool:
+        if not self.is_keras(klass, "layers"):
+            return False
+        if any(self.method_of_block(klass, name) for name in ("trainable_variables", "trainable_weights")):
+            return False  # the class says itself what its variables are
+        init = self.method_of_block(klass, "__init__")
+        lazy = False
+        for call in self.calls_in_scope(init.block.id) if init is not None else ():
+            text = call.func.text
+            if method_of(call) == "build" or text == init.self_name or text.startswith(f"{init.self_name}."):
+                return False  # built here, or a method of its own that may build it
+            if call.site.order in self._inside_layers() or not text:
+                continue
+            lazy = lazy or self._lazy_layer(call, depth)
+        build = self.method_of_block(klass, "build")
+        if build is not None:
+            lazy = lazy or any(method_of(call) in WEIGHT_METHODS or self.layer_state(call) == "weights"
+                               for call in self.calls_in_scope(build.block.id))
+        return lazy
+
+    def _lazy_layer(self, call: Call, depth: int) -> bool:
+        """`call` makes a layer or model whose weights wait for its first call."""
+        callee = callee_of(self.facts, call)
+        member = keras_member(callee, "layers")
+        if member:
+            return member in WEIGHT_LAYERS
+        if callee in MODEL_CLASSES and callee.endswith("Sequential") or keras_member(callee, "models") == "Sequential":
+            span = call.arg_span(0, "layers")
+            inner = self.spans.calls_in(span) if span else []
+            if not inner or keras_member(callee_of(self.facts, inner[0]), "layers") in ("Input", "InputLayer") \
+                    or callee_of(self.facts, inner[0]) in ("keras.Input", "tensorflow.keras.Input"):
+                return False
+            return self.layer_state(call, depth + 1) == "weights"
+        made = self.binding(call.func.text, call.site)
+        if isinstance(made, Klass):
+            return made.model.builds_lazily(made.block, depth + 1)
+        return False
+
     # -- what Keras runs for you ---------------------------------------------------------
     def compiled_losses(self):
         """(compile call, the function Keras calls as a loss, its `y_pred` parameter) for each loss given to `compile`."""
