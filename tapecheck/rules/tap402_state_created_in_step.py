@@ -10,8 +10,9 @@ A `tf.Variable` made in the `call` of a Keras layer or model is flagged too: `ca
 runs at every forward pass. So is a Keras layer or model that holds state
 (`layers.BatchNormalization()`, `Dense`, `Dropout`, the `Random*` augmentation layers, a
 `Sequential` of them, a layer class of the project that makes weights) constructed in a
-layer's `call` or in a method `call` runs, in a training step, or in a function given to a
-`tf.data` dataset's `map` (also through a lambda, or a function it calls).
+layer's `call` or in a method `call` runs, in a training step or another `@tf.function`, or
+in a function given to a `tf.data` dataset's `map` (also through a lambda, or a function it
+calls).
 
 The program model also follows the calls: state made by a helper (of this file
 or of another module of the project) that a step function, a step loop or a loss
@@ -90,10 +91,11 @@ MAP_CALL = re.compile(rb"\.[\s\\]*map[\s\\]*\(")
 
 def screen(source: bytes) -> bool:
     """A tape here, a loss given to `compile` (Keras records it on its own tape), a layer's
-    `call` (a variable or a layer it could make), or a `.map(` (of a `tf.data` dataset)."""
+    `call` (a variable or a layer it could make), a `tf.function` (a layer it could make; TAP501
+    parses these files anyway), or a `.map(` (of a `tf.data` dataset)."""
     if b"apply_gradients" in source or b"GradientTape" in source or compiles_a_loss(source):
         return True
-    if defines_call(source):
+    if defines_call(source) or b"function" in source:
         return True
     return b"map" in source and MAP_CALL.search(source) is not None
 
@@ -261,6 +263,13 @@ class Actor(tf.keras.Model):
     def _normalise(self, out, training):
         return layers.LayerNormalization()(out)  # expect: TAP402
 """,
+    # a layer built in a tf.function that is no training step
+    """
+import tensorflow as tf
+@tf.function
+def embed(tokens):
+    return tf.keras.layers.Embedding(1000, 16)(tokens)  # expect: TAP402
+""",
     # an augmentation model with random layers built in the function a dataset's map traces
     """
 import tensorflow as tf
@@ -358,6 +367,7 @@ def check(facts):
                 else:
                     yield report(facts, call.site, CODE, f"`{call.func.text}` is created in `{fn.qualname}` "
                                  f"(line {call.site.line}), {LAYER_IN_CALL[model.layer_state(call)]}", LAYER_HINT)
+    yield from _layers_in_traced_functions(facts, model, makers, reported)
     yield from _mapped(facts, model, reported)
     yield from _in_helpers(facts, model, steps, loops, reported)
     yield from _optimizers_handed_to_traced_steps(facts, model, makers, reported)
@@ -385,6 +395,23 @@ def _variables_from_call_helpers(facts, model, reported):
                 whys.update(variable=IN_CALL_HELPER, metric=IN_CALL_HELPER, optimizer=IN_CALL_HELPER)
             for finding in _created_by(facts, model, callee, where, whys, reported, call.site):
                 yield finding
+
+
+def _layers_in_traced_functions(facts, model, makers, reported):
+    """A stateful Keras layer made, unguarded, in a `@tf.function` that is no training step (a
+    forward or inference function): tracing makes its variables, and TensorFlow raises ValueError at
+    the first call (measured on TF 2.21: tf.function traces a function that makes variables twice)."""
+    for call, kind in makers:
+        if kind != "layer" or call.site in reported:
+            continue
+        scope = facts.scope_of(call.site)
+        fn = model.functions.get(scope)
+        if fn is None or not set(fn.block.decorators) & TF_FUNCTIONS or model.guarded(call.site, scope):
+            continue
+        reported.add(call.site)
+        yield report(facts, call.site, CODE,
+                     f"`{call.func.text}` is created in the tf.function `{fn.qualname}` (line {call.site.line}): "
+                     f"{MAPPED}", LAYER_HINT)
 
 
 def _mapped(facts, model, reported):
