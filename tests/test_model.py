@@ -420,3 +420,105 @@ def test_a_name_bound_in_both_branches_of_an_if_else_reaches_the_site_from_each(
     assert lines == [5, 8, 11]  # the last binding of each path; `grads = None` is overwritten
     assert m.assigns_on_every_path("half", site_of("half")) == []  # no `else`: a path without it
     assert m.assigns_on_every_path("tried", site_of("tried")) == []  # a try may not bind it
+
+
+def test_which_keras_layers_hold_state_once_made():
+    """`layer_state`, measured on Keras 3.15: weights at the first call (Dense, BatchNormalization),
+    a SeedGenerator variable at construction (Dropout, RandomFlip), none (Flatten, Rescaling,
+    CenterCrop); a Sequential holds what its layers hold; a project class what its `__init__` and
+    `build` make."""
+    m = model("""
+        import tensorflow as tf
+        from tensorflow.keras import layers
+        class Scale(layers.Layer):
+            def build(self, shape):
+                self.w = self.add_weight(shape=(), initializer="ones")
+        class Identity(layers.Layer):
+            def call(self, x):
+                return x
+        class Block(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.dense = Scale()
+        a = layers.Dense(4)
+        b = layers.BatchNormalization()
+        c = tf.keras.layers.Dropout(0.5)
+        d = layers.RandomFlip("horizontal")
+        e = layers.Flatten()
+        f = tf.keras.Sequential([layers.CenterCrop(8, 8), layers.Rescaling(1 / 255)])
+        g = tf.keras.Sequential([layers.RandomCrop(8, 8), layers.Rescaling(1 / 255)])
+        h = Scale()
+        i = Identity()
+        j = Block()
+        k = layers.Concatenate()
+        """)
+    made = {a.site.line: m.value_call(a) for a in m.facts.assigns if a.kind == "assign" and len(a.target) == 1}
+    states = {line: m.layer_state(call) for line, call in made.items()}
+    assert states == {14: "weights", 15: "weights", 16: "seed", 17: "seed", 18: "", 19: "", 20: "seed",
+                      21: "weights", 22: "", 23: "weights", 24: ""}
+    kinds = {call.site.line: m.state_kind(call) for call in m.facts.calls if call.func.text.endswith("RandomCrop")}
+    assert kinds == {20: ""}  # inside the Sequential: the Sequential is the state made
+
+
+def test_the_functions_a_dataset_map_traces_through_lambdas():
+    """`mapped_functions`: a lambda bound in each branch of an `if`, or written in the call; the
+    receiver known as a dataset by its annotation."""
+    from tapecheck.model import dataset_map, mapped_functions
+
+    m = model("""
+        import tensorflow as tf
+        def prepare(element, training):
+            return element
+        def pipeline(dataset: tf.data.Dataset, training):
+            if training:
+                fn = lambda e: prepare(e, True)
+            else:
+                fn = lambda e: prepare(e, False)
+            return dataset.map(fn), dataset.map(lambda e: prepare(e, False))
+        def other(table):
+            return table.map(lambda e: prepare(e, False))
+        """)
+    maps = [call for call in m.facts.calls if call.method == "map"]
+    assert [dataset_map(m, call) for call in maps] == [True, True, False]
+    assert [fn.block.line for fn in mapped_functions(m, maps[0].args[0], maps[0].site)] == [7, 9]
+    assert [fn.block.line for fn in mapped_functions(m, maps[1].args[0], maps[1].site)] == [10]
+
+
+def test_which_subclassed_models_wait_for_their_first_call_to_make_weights():
+    """`builds_lazily`: a `Dense` made in `__init__`, a `build` that adds weights, a project layer
+    that builds lazily; not a class whose `__init__` calls itself, a layer of its own or `build`,
+    not one whose only layers are a `Sequential` opened with `keras.Input`, not a plain class."""
+    m = model("""
+        import tensorflow as tf
+        class Critic(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.q = tf.keras.layers.Dense(1)
+        class Encoder(tf.keras.layers.Layer):
+            def build(self, shape):
+                self.w = self.add_weight(shape=(shape[-1], 4))
+        class Wrapper(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.encoder = Encoder()
+        class SelfBuilt(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.q = tf.keras.layers.Dense(1)
+                self.q(tf.zeros((1, 3)))
+        class SuperBuilt(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.q = tf.keras.layers.Dense(1)
+                super().build((None, 3))
+        class WithInput(tf.keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.net = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
+        class Plain:
+            def __init__(self):
+                self.q = tf.keras.layers.Dense(1)
+        """)
+    lazy = {klass.name: m.builds_lazily(klass) for klass in m.classes.values()}
+    assert lazy == {"Critic": True, "Encoder": True, "Wrapper": True, "SelfBuilt": False, "SuperBuilt": False,
+                    "WithInput": False, "Plain": False}

@@ -252,3 +252,11 @@ def test_a_block_reading_training_from_kwargs_never_drops_out_under_keras_3():
     good_differ, good_loss = run("good", "block_training_from_kwargs.py")
     assert bad_differ is False and good_differ is True  # the Dropout never runs in the bad one
     assert abs(bad_loss - good_loss) > 0.05
+
+
+def test_an_actors_variables_kept_before_its_first_call_leave_its_heads_untrained():
+    kept, total, moved, loss = run("bad", "gaussian_actor_params_partial.py")
+    good_kept, good_total, good_moved, good_loss = run("good", "gaussian_actor_params_partial.py")
+    assert (kept, total, moved) == (2, 6, False)  # only the body built by its Input is in the list
+    assert (good_kept, good_total, good_moved) == (6, 6, True)
+    assert loss > 10 * good_loss

@@ -16,6 +16,7 @@ Its modules, each answering one kind of question:
 - `summaries`: per-function summaries (Pysa's model), across files.
 - `tapes`: what a tape records and who asks it for gradients.
 - `distribute`: strategies and the steps they run.
+- `datasets`: `tf.data` datasets, and the functions their `map` traces.
 - `queries`: span questions over the facts (what a call or a value reads).
 - `project`: which file an import reads, and a file's project dependencies.
 - `objects`: the plain data the answers are made of.
@@ -27,6 +28,7 @@ from tapecheck.lint.facts import GRADIENT_METHODS, Expr
 from tapecheck.model.distribute import (
     STRATEGIES, all_calls, builds_variables, distributes, makes_keras_model, makes_strategy, strategy_steps,
 )
+from tapecheck.model.datasets import dataset_map, mapped_function, mapped_functions
 from tapecheck.model.flow import Tracer
 from tapecheck.model.keras import (
     KERAS_ROOTS, TF_FUNCTIONS, VARIABLE_CLASSES, WEIGHT_METHODS, is_keras_class, keras_member,
@@ -42,7 +44,7 @@ from tapecheck.model.queries import (
 __all__ = [
     "GRADIENT_METHODS", "KERAS_ROOTS", "LIBRARIES", "METADATA_CALLS", "MODEL_CLASSES", "SAME_LIST", "STRATEGIES",
     "TF_FUNCTIONS", "VARIABLE_CLASSES", "WEIGHT_METHODS", "Expr", "Function", "Instance", "Klass", "ProgramModel",
-    "Tracer", "all_calls", "builds_variables", "call_span", "callee_of", "dependencies", "distributes",
+    "Tracer", "all_calls", "builds_variables", "call_span", "callee_of", "dataset_map", "dependencies", "distributes",
     "is_keras_class", "is_metadata", "keras_member", "load_module", "makes_keras_model", "makes_strategy",
-    "method_of", "model_of", "prefixes", "spans_of", "strategy_steps", "variable_owner", "within",
+    "mapped_function", "mapped_functions", "method_of", "model_of", "prefixes", "spans_of", "strategy_steps", "variable_owner", "within",
 ]

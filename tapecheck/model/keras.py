@@ -33,6 +33,28 @@ KERAS_ROOTS = ("keras.", "tensorflow.keras.", "tf_keras.", "tensorflow.python.ke
 WEIGHT_METHODS = frozenset({"add_weight", "add_variable"})  # `self.add_weight(...)`: a layer's weight
 
 
+# Keras layers that hold state once made (measured on Keras 3.15, TF 2.21: variables after
+# construction and after one call). Weights, made at the first call (`build`): made again at every
+# forward pass, they start fresh each time, the model does not track them, no optimizer trains them.
+WEIGHT_LAYERS = frozenset({
+    "Dense", "EinsumDense", "Embedding", "BatchNormalization", "LayerNormalization", "GroupNormalization",
+    "Conv1D", "Conv2D", "Conv3D", "Convolution1D", "Convolution2D", "Convolution3D",
+    "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Convolution2DTranspose", "Convolution3DTranspose",
+    "DepthwiseConv1D", "DepthwiseConv2D", "SeparableConv1D", "SeparableConv2D",
+    "SeparableConvolution1D", "SeparableConvolution2D", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
+    "LSTM", "GRU", "SimpleRNN", "LSTMCell", "GRUCell", "SimpleRNNCell", "Bidirectional",
+    "MultiHeadAttention", "GroupQueryAttention", "PReLU",
+})
+# A `SeedGenerator` variable made in `__init__` (Dropout and the random augmentation layers): made
+# inside a traced function (`fit`, `tf.function`, `Dataset.map`) it raises ValueError.
+SEEDED_LAYERS = frozenset({
+    "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianDropout", "GaussianNoise",
+    "AlphaDropout", "RandAugment", "AugMix", "MixUp", "CutMix",
+})
+# Flatten, Reshape, Activation, ReLU, Softmax, Concatenate, Add, Permute, Lambda, pooling, Rescaling,
+# CenterCrop, Resizing, `Normalization(mean=, variance=)` hold none: made per call they cost nothing.
+
+
 # `tf.function` under every name the rules resolve: a function decorated or wrapped by one is traced.
 TF_FUNCTIONS = frozenset({"tensorflow.function", "tensorflow.compat.v2.function", "tensorflow.compat.v1.function"})
 
@@ -308,7 +330,8 @@ class KerasKinds:
         return None
 
     def state_kind(self, call: Call) -> str:
-        """optimizer, metric or variable when the call makes one, else ""."""
+        """optimizer, metric, variable or layer (a Keras layer or model that holds state:
+        `layer_state`) when the call makes one, else ""."""
         callee = callee_of(self.facts, call)
         if callee in VARIABLE_CLASSES:
             return "variable"
@@ -320,7 +343,119 @@ class KerasKinds:
             made = self.binding(call.func.text, call.site)
             if isinstance(made, Klass) and self.is_keras(made, "metrics"):
                 return "metric"
+        if call.func.text and self.layer_state(call) and call.site.order not in self._inside_layers():
+            return "layer"
         return ""
+
+    def _inside_layers(self) -> set[int]:
+        """The orders of the calls made in the arguments of a Keras layer or model constructor
+        (`Sequential([Dense(4)])`, `Bidirectional(LSTM(8))`): the outer one is the state made."""
+        found = self.memo.get("inside layers")
+        if found is None:
+            found = self.memo["inside layers"] = set()
+            for call in self.spans.calls:
+                if call.args or call.keywords:
+                    callee = callee_of(self.facts, call)
+                    if keras_member(callee, "layers") or keras_member(callee, "models") or callee in MODEL_CLASSES:
+                        found.update(inner.site.order for inner in self.spans.calls_in((call.first_arg, call.end_order)))
+        return found
+
+    def layer_state(self, call: Call, depth: int = 0) -> str:
+        """What state the Keras layer or model `call` constructs holds: "weights" (`Dense`,
+        `BatchNormalization`, ... built at the first call), "seed" (the `SeedGenerator` variable of
+        `Dropout` and the `Random*` augmentation layers), or "" (a stateless layer: `Flatten`,
+        `Activation`, `Rescaling`; not a layer; not known). A `Sequential([...])` holds what its
+        listed layers hold; a layer or model class of the project holds what its `__init__` and
+        `build` make (`add_weight`, a `tf.Variable`, a stateful layer)."""
+        if depth > MAX_ALIAS_DEPTH or not call.func.text:
+            return ""
+        callee = callee_of(self.facts, call)
+        member = keras_member(callee, "layers")
+        if member:
+            if member in WEIGHT_LAYERS:
+                return "weights"
+            return "seed" if member in SEEDED_LAYERS or member.startswith("Random") else ""
+        if callee in MODEL_CLASSES and callee.endswith("Sequential") or keras_member(callee, "models") == "Sequential":
+            span = call.arg_span(0, "layers")
+            found = {self.layer_state(inner, depth + 1) for inner in self.spans.calls_in(span)} if span else set()
+            return "weights" if "weights" in found else "seed" if "seed" in found else ""
+        made = self.binding(call.func.text, call.site)
+        if isinstance(made, Klass) and self.is_keras(made, "layers"):
+            return made.model.class_state(made.block, depth + 1)
+        return ""
+
+    def class_state(self, klass: Block, depth: int = 0) -> str:
+        """What state an instance of the Keras layer or model class `klass` of this file holds once
+        made and called: what its `__init__` and `build` (of it or its local bases) make."""
+        key = ("class state", klass.id)
+        known = self.memo.get(key)
+        if known is None:
+            self.memo[key] = ""  # while it is worked out: a class that makes itself
+            found = set()
+            if depth <= MAX_ALIAS_DEPTH:
+                for name in ("__init__", "build"):
+                    fn = self.method_of_block(klass, name)
+                    for inner in self.calls_in_scope(fn.block.id) if fn is not None else ():
+                        if method_of(inner) in WEIGHT_METHODS or callee_of(self.facts, inner) in VARIABLE_CLASSES:
+                            found.add("weights")
+                        elif inner.func.text:
+                            found.add(self.layer_state(inner, depth + 1))
+            known = self.memo[key] = "weights" if "weights" in found else "seed" if "seed" in found else ""
+        return known
+
+    def builds_lazily(self, klass: Block, depth: int = 0) -> bool:
+        """Whether a new instance of the Keras layer or model class `klass` of this file lacks weights
+        it will make at its first call: its `__init__` (or a local base's) makes a layer that builds
+        at its first call (`Dense`, a `Sequential` not opened with `keras.Input`, a class of the
+        project that builds lazily) or the class has a `build` making weights; and `__init__` never
+        calls the model or a layer of it, nor `build` (`self(x)`, `self.net(x)`, `self.build(...)`,
+        `super().build(...)`, `self.setup()`: it may be built there). False when unknown. Measured
+        on Keras 3.15: such a model's `trainable_variables` is `[]` until its first call, and only
+        what `keras.Input` built is there."""
+        key = ("builds lazily", klass.id)
+        known = self.memo.get(key)
+        if known is None:
+            self.memo[key] = False  # while it is worked out: a class that makes itself
+            known = self.memo[key] = depth <= MAX_ALIAS_DEPTH and self._builds_lazily(klass, depth)
+        return known
+
+    def _builds_lazily(self, klass: Block, depth: int) -> bool:
+        if not self.is_keras(klass, "layers"):
+            return False
+        if any(self.method_of_block(klass, name) for name in ("trainable_variables", "trainable_weights")):
+            return False  # the class says itself what its variables are
+        init = self.method_of_block(klass, "__init__")
+        lazy = False
+        for call in self.calls_in_scope(init.block.id) if init is not None else ():
+            text = call.func.text
+            if method_of(call) == "build" or text == init.self_name or text.startswith(f"{init.self_name}."):
+                return False  # built here, or a method of its own that may build it
+            if call.site.order in self._inside_layers() or not text:
+                continue
+            lazy = lazy or self._lazy_layer(call, depth)
+        build = self.method_of_block(klass, "build")
+        if build is not None:
+            lazy = lazy or any(method_of(call) in WEIGHT_METHODS or self.layer_state(call) == "weights"
+                               for call in self.calls_in_scope(build.block.id))
+        return lazy
+
+    def _lazy_layer(self, call: Call, depth: int) -> bool:
+        """`call` makes a layer or model whose weights wait for its first call."""
+        callee = callee_of(self.facts, call)
+        member = keras_member(callee, "layers")
+        if member:
+            return member in WEIGHT_LAYERS
+        if callee in MODEL_CLASSES and callee.endswith("Sequential") or keras_member(callee, "models") == "Sequential":
+            span = call.arg_span(0, "layers")
+            inner = self.spans.calls_in(span) if span else []
+            if not inner or keras_member(callee_of(self.facts, inner[0]), "layers") in ("Input", "InputLayer") \
+                    or callee_of(self.facts, inner[0]) in ("keras.Input", "tensorflow.keras.Input"):
+                return False
+            return self.layer_state(call, depth + 1) == "weights"
+        made = self.binding(call.func.text, call.site)
+        if isinstance(made, Klass):
+            return made.model.builds_lazily(made.block, depth + 1)
+        return False
 
     # -- what Keras runs for you ---------------------------------------------------------
     def compiled_losses(self):

@@ -7,7 +7,12 @@ inside the step function itself (a `@tf.function`, a Keras `train_step`, or
 a function called from a loop) when that function computes or applies gradients.
 A construction guarded by an `if` (made on the first call only) is not flagged.
 A `tf.Variable` made in the `call` of a Keras layer or model is flagged too: `call`
-runs at every forward pass.
+runs at every forward pass. So is a Keras layer or model that holds state
+(`layers.BatchNormalization()`, `Dense`, `Dropout`, the `Random*` augmentation layers, a
+`Sequential` of them, a layer class of the project that makes weights) constructed in a
+layer's `call` or in a method `call` runs, in a training step or another `@tf.function`, or
+in a function given to a `tf.data` dataset's `map` (also through a lambda, or a function it
+calls).
 
 The program model also follows the calls: state made by a helper (of this file
 or of another module of the project) that a step function, a step loop or a loss
@@ -18,7 +23,12 @@ that applies gradients with it is flagged too: each new optimizer means a new tr
 creates its variables again.
 
 ## Why is this bad?
-These objects are state that must live across steps. An optimizer made anew each
+These objects are state that must live across steps. A layer made in `call` builds new
+weights at each forward pass: the model does not track them (they are missing from
+`trainable_variables`) and no optimizer trains them; under `fit`, `tf.function` or
+`Dataset.map`, the variables they make while tracing (weights, or the SeedGenerator of
+`Dropout` and `RandomFlip`) raise `ValueError: tf.function only supports singleton
+tf.Variables created on the first call`. An optimizer made anew each
 step forgets its moments and its iteration count: Adam restarts from its bias-
 corrected first step every time, momentum never builds up, a learning-rate
 schedule never advances. A metric made each step reports the last batch only. A
@@ -51,28 +61,43 @@ def train(model, dataset, loss_fn):
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
 ```
+
+## Where it stays silent
+Creation guarded to run once (`if self.norm is None:`, an early `return`), made in
+`__init__` or `build()`, or before the loop. Layers that hold no state (`Flatten`,
+`Reshape`, `Activation`, `Concatenate`, `Add`, pooling, `Lambda`, `Rescaling`, `CenterCrop`,
+`Resizing`, measured on Keras 3: no variable made or built) and a `Sequential` of only those.
+A layer given to the constructor of another (`Sequential([Dense(4)])`) is reported once, as
+the outer one. A class whose state the analysis cannot see (of a library) is not reported.
 '''
 
 from __future__ import annotations
 
 
 import os
+import re
 
-from tapecheck.model import GRADIENT_METHODS, TF_FUNCTIONS, method_of, model_of
+from tapecheck.model import GRADIENT_METHODS, TF_FUNCTIONS, dataset_map, mapped_functions, method_of, model_of
 from tapecheck.rules._common import compiles_a_loss, defines_call, report
 
 CODE = "TAP402"
 NAME = "state-created-in-step"
-SUMMARY = "an optimizer, metric or `tf.Variable` is created anew at every training step"
+SUMMARY = "an optimizer, metric, `tf.Variable` or stateful Keras layer is created anew at every training step or forward pass"
 PROBE = True
 
 
+MAP_CALL = re.compile(rb"\.[\s\\]*map[\s\\]*\(")
+
+
 def screen(source: bytes) -> bool:
-    """A tape here, a loss given to `compile` (Keras records it on its own tape), or a layer's
-    `call` beside a variable it could make."""
+    """A tape here, a loss given to `compile` (Keras records it on its own tape), a layer's
+    `call` (a variable or a layer it could make), a `tf.function` (a layer it could make; TAP501
+    parses these files anyway), or a `.map(` (of a `tf.data` dataset)."""
     if b"apply_gradients" in source or b"GradientTape" in source or compiles_a_loss(source):
         return True
-    return (b"Variable" in source or b"variable" in source) and defines_call(source)
+    if defines_call(source) or b"function" in source:
+        return True
+    return b"map" in source and MAP_CALL.search(source) is not None
 
 
 NOT_STEPS = frozenset({"__init__", "build", "__call__", "call"})
@@ -83,6 +108,8 @@ WHY = {
     "optimizer": "a new optimizer each step forgets its moments and iteration count (Adam restarts, momentum never builds)",
     "metric": "a new metric each step only ever reports the last batch",
     "variable": "the variable is re-initialized each step (inside tf.function this raises ValueError)",
+    "layer": "a new layer each step starts from fresh weights that the model does not track and no optimizer "
+             "trains (inside tf.function making its variables raises ValueError)",
 }
 
 VALID = [
@@ -141,6 +168,30 @@ def step(model, opt, x, y):
         loss = loss_fn(y, model(x, training=True))
     opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
 """,
+    # layers made once in __init__, a stateless layer made in call, a lazy layer made on the first call only
+    """
+import tensorflow as tf
+from tensorflow.keras import layers
+class Critic(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.hidden = layers.Dense(64, activation="relu")
+        self.norm = None
+    def call(self, inputs, training=None):
+        out = layers.Concatenate()(inputs)
+        if self.norm is None:
+            self.norm = layers.BatchNormalization()
+        return layers.Flatten()(self.norm(self.hidden(out), training=training))
+""",
+    # the augmentation model built once, outside the function `map` traces; a stateless one inside it
+    """
+import tensorflow as tf
+augment = tf.keras.Sequential([tf.keras.layers.RandomFlip("horizontal")])
+def prepare(image, label):
+    crop = tf.keras.Sequential([tf.keras.layers.CenterCrop(24, 24), tf.keras.layers.Rescaling(1 / 255)])
+    return crop(augment(image)), label
+dataset = tf.data.Dataset.from_tensor_slices((images, labels)).map(prepare)
+""",
     # a function that runs the whole training: the optimizer is made once per call
     """
 import tensorflow as tf
@@ -196,6 +247,37 @@ def train_step(model, optimizer, x, y):
     optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
     loss_metric.update_state(loss)
     return loss_metric.result()
+""",
+    # BatchNormalization layers made in a model's call, directly and through a helper method
+    """
+import tensorflow as tf
+from tensorflow.keras import layers
+class Actor(tf.keras.Model):
+    def __init__(self, action_dim):
+        super().__init__()
+        self.hidden = layers.Dense(64, activation="relu")
+        self.action = layers.Dense(action_dim, activation="tanh")
+    def call(self, states, training=None):
+        out = layers.BatchNormalization()(self.hidden(states), training=training)  # expect: TAP402
+        return self.action(self._normalise(out, training))
+    def _normalise(self, out, training):
+        return layers.LayerNormalization()(out)  # expect: TAP402
+""",
+    # a layer built in a tf.function that is no training step
+    """
+import tensorflow as tf
+@tf.function
+def embed(tokens):
+    return tf.keras.layers.Embedding(1000, 16)(tokens)  # expect: TAP402
+""",
+    # an augmentation model with random layers built in the function a dataset's map traces
+    """
+import tensorflow as tf
+def prepare(image, label):
+    augment = tf.keras.Sequential([tf.keras.layers.RandomCrop(24, 24), tf.keras.layers.RandomFlip()])  # expect: TAP402
+    return augment(image), label
+dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+dataset = dataset.map(lambda image, label: prepare(image, label))
 """,
     # the step is a function called from the batch loop, which makes the optimizer
     """
@@ -274,13 +356,19 @@ def check(facts):
         if where:
             reported.add(call.site)
             yield report(facts, call.site, CODE, f"`{call.func.text}` is created {where}: {WHY[kind]}", HINT)
-        elif kind == "variable":
+        elif kind in ("variable", "layer"):
             fn = model.functions.get(scope)
             if fn is not None and fn.name == "call" and fn.owner is not None and model.is_keras(fn.owner, "layers") \
                     and not model.guarded(call.site, scope):
                 reported.add(call.site)
-                yield report(facts, call.site, CODE, f"`{call.func.text}` is created in `{fn.qualname}`, {IN_CALL}",
-                             CALL_HINT)
+                if kind == "variable":
+                    yield report(facts, call.site, CODE, f"`{call.func.text}` is created in `{fn.qualname}`, {IN_CALL}",
+                                 CALL_HINT)
+                else:
+                    yield report(facts, call.site, CODE, f"`{call.func.text}` is created in `{fn.qualname}` "
+                                 f"(line {call.site.line}), {LAYER_IN_CALL[model.layer_state(call)]}", LAYER_HINT)
+    yield from _layers_in_traced_functions(facts, model, makers, reported)
+    yield from _mapped(facts, model, reported)
     yield from _in_helpers(facts, model, steps, loops, reported)
     yield from _optimizers_handed_to_traced_steps(facts, model, makers, reported)
     yield from _variables_from_call_helpers(facts, model, reported)
@@ -299,11 +387,51 @@ def _variables_from_call_helpers(facts, model, reported):
             if callee is None or callee is fn or callee.name in NOT_STEPS:
                 continue
             summary = model.summary(callee)
-            if summary is None or not any(made.kind == "variable" for made in summary.creates):
+            if summary is None or not any(made.kind in ("variable", "layer") for made in summary.creates):
                 continue
             where = f"`{fn.qualname}` calls `{{fn}}` at every forward pass (line {call.site.line})"
-            for finding in _created_by(facts, model, callee, where, IN_CALL_HELPER, reported, call.site):
+            whys = {"layer": LAYER_IN_CALL_HELPER}
+            if any(made.kind == "variable" for made in summary.creates):  # then all it makes, as before
+                whys.update(variable=IN_CALL_HELPER, metric=IN_CALL_HELPER, optimizer=IN_CALL_HELPER)
+            for finding in _created_by(facts, model, callee, where, whys, reported, call.site):
                 yield finding
+
+
+def _layers_in_traced_functions(facts, model, makers, reported):
+    """A stateful Keras layer made, unguarded, in a `@tf.function` that is no training step (a
+    forward or inference function): tracing makes its variables, and TensorFlow raises ValueError at
+    the first call (measured on TF 2.21: tf.function traces a function that makes variables twice)."""
+    for call, kind in makers:
+        if kind != "layer" or call.site in reported:
+            continue
+        scope = facts.scope_of(call.site)
+        fn = model.functions.get(scope)
+        if fn is None or not set(fn.block.decorators) & TF_FUNCTIONS or model.guarded(call.site, scope):
+            continue
+        reported.add(call.site)
+        yield report(facts, call.site, CODE,
+                     f"`{call.func.text}` is created in the tf.function `{fn.qualname}` (line {call.site.line}): "
+                     f"{MAPPED}", LAYER_HINT)
+
+
+def _mapped(facts, model, reported):
+    """State made by a function given to a `tf.data` dataset's `map` (or by what it calls): `map`
+    traces the function into a graph, and a variable made while tracing raises ValueError."""
+    for call in facts.calls:
+        if not call.args or not dataset_map(model, call):
+            continue
+        for fn in mapped_functions(model, call.args[0], call.site):
+            where = f"`Dataset.map` (line {call.site.line}) traces `{{fn}}` into a graph"
+            if fn.name != "<lambda>":
+                yield from _created_by(facts, model, fn, where, MAPPED, reported, call.site)
+                continue
+            # a lambda's body is not summarised (it may run many times): the functions it calls are
+            for inner in model.calls_in_scope(fn.block.id):
+                callee = model.resolve(inner)
+                if callee is not None and callee.name not in NOT_STEPS:
+                    traced = f"`Dataset.map` (line {call.site.line}) traces the lambda of line {fn.block.line}, " \
+                             f"which calls `{{fn}}`"
+                    yield from _created_by(facts, model, callee, traced, MAPPED, reported, inner.site)
 
 
 def _applies_through(model, fn, param: str) -> bool:
@@ -363,6 +491,21 @@ IN_CALL = ("which Keras runs at every forward pass: under `fit` or `tf.function`
 CALL_HINT = "Create it once, in `build()` with `self.add_weight(...)` (or in `__init__`), and read it in `call`."
 
 
+LAYER_IN_CALL = {
+    state: "which Keras runs at every forward pass: each call builds a new layer " + held
+    + ", which the model does not track (missing from `trainable_variables`) and no optimizer trains; under "
+    "`fit` or `tf.function` making its variables raises ValueError (tf.function only supports singleton "
+    "tf.Variables created on the first call)"
+    for state, held in (("weights", "with fresh weights"), ("seed", "with a new random-seed variable"))
+}
+LAYER_IN_CALL_HELPER = ("each call builds a new layer, with fresh variables that the model does not track and no "
+                        "optimizer trains; under `fit` or `tf.function` making them raises ValueError (tf.function "
+                        "only supports singleton tf.Variables created on the first call)")
+LAYER_HINT = "Create the layer once, in `__init__` (or `build()`), store it on `self`, and call it in `call`."
+MAPPED = ("it makes its variables while tracing, and TensorFlow raises ValueError (tf.function only supports "
+          "singleton tf.Variables created on the first call)")
+
+
 IN_CALL_HELPER = ("under `fit` or `tf.function` it raises ValueError (tf.function only supports singleton "
                   "tf.Variables created on the first call); run eagerly, each call makes a new variable")
 
@@ -408,9 +551,10 @@ def _created_by(facts, model, fn, where, why, reported, call_site):
     for made in summary.creates if summary is not None else ():
         file = made.file or (fn.model.facts.path if elsewhere else "")
         site = call_site if file else made.site
-        if site in reported:
+        if site in reported or isinstance(why, dict) and made.kind not in why:
             continue
         reported.add(site)
+        told = why[made.kind] if isinstance(why, dict) else why or WHY[made.kind]
         at = f"line {made.site.line} of {os.path.basename(file)}" if file else f"line {made.site.line}"
         if made.calls and not file:
             chain = [fn.qualname] + [name for name, _ in made.calls]
@@ -419,4 +563,4 @@ def _created_by(facts, model, fn, where, why, reported, call_site):
             origin = f"`{made.text}` is created in `{made.function}` ({at}; {lines}), and {where}"
         else:
             origin = f"`{made.text}` is created in `{made.function}` ({at}), and {where}"
-        yield report(facts, site, CODE, f"{origin}: {why or WHY[made.kind]}", HINT)
+        yield report(facts, site, CODE, f"{origin}: {told}", LAYER_HINT if made.kind == "layer" else HINT)
