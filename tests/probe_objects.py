@@ -27,7 +27,7 @@ def _with_subclasses_and_bases(cls) -> set[type]:
 def probed_classes() -> set[type]:
     roots = (
         tf.GradientTape, keras.metrics.Metric, keras.optimizers.Optimizer,
-        keras.layers.Dropout, keras.layers.BatchNormalization,
+        keras.layers.Dropout, keras.layers.BatchNormalization, keras.Model,  # its trainer: `compiled_loss`
     )
     classes = set().union(*(_with_subclasses_and_bases(root) for root in roots))
     return classes | {VariableMetaclass, OwnedIterator, dataset_ops.DatasetV2}

@@ -52,6 +52,15 @@ NAMES = {
                                      "Update the trackers yourself: `self.compute_loss(x, y, y_pred)` for the loss, "
                                      "then `m.update_state(loss)` for the loss tracker and `m.update_state(y, y_pred)` "
                                      "for the other metrics."),
+    "bad_compiled_loss_shim.py": ("never updates the loss tracker `loss`; this step never updates it either, so "
+                                  "the `loss` that `fit` reports (`history.history[\"loss\"]`) is 0.0",
+                                  "Use `batch_loss = self.compute_loss(y=y, y_pred=logits)` (it adds `self.losses` "
+                                  "itself), then, after the tape, update the loss tracker yourself: "
+                                  "`m.update_state(batch_loss)` for the `m` in `self.metrics` named `\"loss\"`."),
+    "bad_compiled_loss_penalty_twice.py": ("line 37 adds the penalties again, so the loss differentiated at line 38 "
+                                           "counts the regularization of `self.encoder.kernel` twice",
+                                           "Use `reconstruction = self.compute_loss(y=x, y_pred=x_hat)` and do not "
+                                           "add `self.losses` to it again (line 37): it holds them already."),
     "bad_cached_variables_batchnorm.py": ("is a non-trainable variable (a BatchNormalization moving statistic",
                                           "Ask for `model.trainable_variables` (not `model.variables` or "
                                           "`model.weights`, nor a list cached from them)."),
@@ -120,3 +129,31 @@ def test_the_mistake_is_reported_at_its_line_with_the_users_name(path):
 def test_the_twin_is_silent(path):
     findings, probed, plain = run(path)
     assert findings == [] and probed == plain
+
+
+def test_compiled_loss_used_as_keras_3_means_it_is_not_reported(tmp_path):
+    """The shim's value is right when nothing is added to it and the loss tracker is updated: deprecated, not
+    wrong (Keras warns itself); `regularization_losses=self.losses` read but not added is no second penalty."""
+    bad = (FOLDER / "bad_compiled_loss_penalty_twice.py").read_text(encoding="utf-8")
+    right = bad.replace("self.compiled_loss(x, x_hat)  # probe-expect: TAP302",
+                        "self.compiled_loss(x, x_hat, regularization_losses=self.losses)")
+    right = right.replace("total = reconstruction + tf.add_n(self.losses)", "total = reconstruction")
+    assert "regularization_losses=self.losses)\n" in right and "total = reconstruction\n" in right
+    path = tmp_path / "right_compiled_loss.py"
+    path.write_text(right, encoding="utf-8")
+    (tmp_path / "_data.py").write_text((FOLDER / "_data.py").read_text(encoding="utf-8"), encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("_data", None)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = runpy.run_path(str(path), run_name="keras26_fixture")
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            with tapecheck.probe() as p:
+                losses, norm = module["main"]()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("_data", None)
+    assert p.findings == []
+    assert norm == 2.1046  # one penalty: the Keras 3 twin's weights (the bad one's, twice: 1.4982)

@@ -34,11 +34,12 @@ UPDATE_STACKS = 2  # user stacks kept per reset, of the first updates: where the
 
 
 class MetricState:
-    __slots__ = ("fit_update", "generation", "initial", "read", "reads", "update_lines", "updates")
+    __slots__ = ("ever_updated", "fit_update", "generation", "initial", "read", "reads", "update_lines", "updates")
 
     def __init__(self):
         self.generation = 0
         self.updates = 0
+        self.ever_updated = False  # updated at least once (also while tracing), whatever resets came after
         self.reads: dict[tuple, tuple] = {}  # (path, line) -> (generation, epoch, snapshot)
         self.update_lines: list[tuple] = []  # the user (path, line)s of the first updates since the reset
         self.fit_update = None  # (site, name, generation, fit's reset rounds then): updated by the user's code in fit
@@ -97,6 +98,10 @@ class MetricHooks:
         self.states.clear()
 
     # -- state -------------------------------------------------------------
+    def state_of(self, metric) -> MetricState:
+        """The probe's record of `metric` (made if new); other hooks keep it to read after the run."""
+        return self._state(metric)
+
     def _state(self, metric) -> MetricState:
         self.lifetimes.sweep()
         state = self.states.get(id(metric))
@@ -143,6 +148,7 @@ class MetricHooks:
             if hooks.active and hooks._outermost("update", self):
                 state = hooks._state(self)
                 state.updates += 1
+                state.ever_updated = True
                 hooks.activity += 1
                 if len(state.update_lines) < UPDATE_STACKS:
                     state.update_lines.append(sites.user_lines())
