@@ -61,6 +61,12 @@ NAMES = {
                                            "counts the regularization of `self.encoder.kernel` twice",
                                            "Use `reconstruction = self.compute_loss(y=x, y_pred=x_hat)` and do not "
                                            "add `self.losses` to it again (line 37): it holds them already."),
+    "bad_traced_reset_flag.py": ("Python reads `self.new_epoch` only while tracing (it was true then), so the "
+                                 "traced function resets `self.train_acc` at every call; it has just been called "
+                                 "with `self.new_epoch` false",
+                                 "Reset the metric outside the `tf.function`, where Python runs at every call: "
+                                 "`if self.new_epoch: self.train_acc.reset_state()` before calling `train_step(...)` "
+                                 "(or `self.train_acc.reset_state()` at the start of each epoch)."),
     "bad_cached_variables_batchnorm.py": ("is a non-trainable variable (a BatchNormalization moving statistic",
                                           "Ask for `model.trainable_variables` (not `model.variables` or "
                                           "`model.weights`, nor a list cached from them)."),
@@ -157,3 +163,49 @@ def test_compiled_loss_used_as_keras_3_means_it_is_not_reported(tmp_path):
         sys.modules.pop("_data", None)
     assert p.findings == []
     assert norm == 2.1046  # one penalty: the Keras 3 twin's weights (the bad one's, twice: 1.4982)
+
+
+def _run_variant(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    (tmp_path / "_data.py").write_text((FOLDER / "_data.py").read_text(encoding="utf-8"), encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("_data", None)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = runpy.run_path(str(path), run_name="keras26_fixture")
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            with tapecheck.probe() as p:
+                probed = module["main"]()
+            plain = module["main"]()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("_data", None)
+    return p.findings, probed, plain
+
+
+TRACED = (FOLDER / "bad_traced_reset_flag.py").read_text(encoding="utf-8")
+
+
+def test_a_reset_left_out_of_the_trace_by_its_flag_is_reported_when_the_flag_turns(tmp_path):
+    """False at the first call (the first epoch starts clean): the reset is never traced, and never runs."""
+    text = TRACED.replace("            self.new_epoch = True\n", "            self.new_epoch = bool(history)\n")
+    text = text.replace("                self.new_epoch = False\n", "")
+    assert "bool(history)" in text and "self.new_epoch = False" not in text
+    findings, probed, plain = _run_variant(tmp_path, "never_traced_reset.py", text)
+    assert probed == plain
+    by_code = {f.code: f for f in findings}
+    assert by_code["TAP501"].line == 32
+    assert ("(it was false then), so the traced function never resets `self.train_acc`; it has just been called "
+            "with `self.new_epoch` true") in by_code["TAP501"].message
+    assert set(by_code) == {"TAP501", "TAP301"}  # and the reads at each epoch's end are stale (TAP301 there)
+
+
+def test_a_traced_reset_whose_flag_never_turns_is_not_reported(tmp_path):
+    """A flag that stays True resets at every call on purpose (a per-batch metric): nothing says otherwise."""
+    text = TRACED.replace("                self.new_epoch = False\n", "")
+    assert "self.new_epoch = False" not in text
+    findings, probed, plain = _run_variant(tmp_path, "per_batch_reset.py", text)
+    assert findings == [] and probed == plain

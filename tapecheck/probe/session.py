@@ -72,6 +72,7 @@ class Probe:
             from tapecheck.probe.metrics import MetricHooks
             from tapecheck.probe.pairing import GradientOrigins
             from tapecheck.probe.shims import CompiledLossHooks
+            from tapecheck.probe.traced import TracedConditionHooks
             from tapecheck.probe.state import StateHooks, UpdateCount
             from tapecheck.probe.training import TrainingFlagHooks
 
@@ -90,7 +91,7 @@ class Probe:
             self._tapes = tapes
             metrics = MetricHooks(self.collector)
             self._hooks = [tapes, metrics, optimizers, state, TrainingFlagHooks(self.collector, tapes),
-                           CompiledLossHooks(self.collector, metrics, tapes)]
+                           CompiledLossHooks(self.collector, metrics, tapes), TracedConditionHooks(self.collector, metrics)]
             self._patcher = Patcher()
             for hooks in self._hooks:
                 hooks.install(self._patcher)
