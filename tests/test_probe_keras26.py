@@ -73,6 +73,12 @@ NAMES = {
     "bad_gp_watch_after_use.py": ("source `mixed` is watched at line 32, after line 31 already used it",
                                   "Move `gp_tape.watch(mixed)` up, first in the `with` block, before line 31 uses "
                                   "`mixed`."),
+    "bad_gp_watch_after_use_tf_function.py": ("source `mixed` is watched at line 32, after line 31 already used it",
+                                              "Move `gp_tape.watch(mixed)` up, first in the `with` block, before "
+                                              "line 31 uses `mixed`."),
+    "bad_gp_watch_after_use_fit.py": ("source `interpolated` is watched at line 45, after line 44 already used it",
+                                      "Move `gp_tape.watch(interpolated)` up, first in the `with` block, before "
+                                      "line 44 uses `interpolated`."),
     "bad_reset_states_override.py": ("`BestBatchError.reset_states()` overrides Keras 2's method, which Keras 3 never "
                                      "calls", "Rename it to `reset_state(self)` (singular)."),
 }
@@ -209,3 +215,19 @@ def test_a_traced_reset_whose_flag_never_turns_is_not_reported(tmp_path):
     assert "self.new_epoch = False" not in text
     findings, probed, plain = _run_variant(tmp_path, "per_batch_reset.py", text)
     assert findings == [] and probed == plain
+
+
+def test_a_late_watch_is_not_reported_when_the_first_op_also_reads_a_watched_variable(tmp_path):
+    """Without `standardize`, the critic's `MatMul` reads its (watched) kernel: the op is recorded with the
+    interpolates as an input, so the late `watch` still gives the right gradient (the same penalty as the
+    watch first): nothing to report, under `fit` too."""
+    bad = (FOLDER / "bad_gp_watch_after_use_fit.py").read_text(encoding="utf-8")
+    late = bad.replace("scores = self(self.standardize(interpolated), training=True)",
+                       "scores = self(interpolated, training=True)")
+    first = late.replace("            scores = self(interpolated, training=True)\n            gp_tape.watch(interpolated)\n",
+                         "            gp_tape.watch(interpolated)\n            scores = self(interpolated, training=True)\n")
+    assert late != bad and first != late
+    findings, probed, plain = _run_variant(tmp_path, "late_watch_after_matmul.py", late)
+    assert findings == [] and probed == plain and all(v > 0 for v in probed)
+    _, watched_first, _ = _run_variant(tmp_path, "watch_first.py", first)
+    assert probed == watched_first
