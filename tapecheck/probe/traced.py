@@ -90,21 +90,22 @@ class TracedConditionHooks:
 
         def __call__(self, *args, **kwds):
             __tracebackhide__ = True  # pytest: the probe's frame is not the user's
-            if not hooks.active or getattr(hooks.local, "tracing", None) is not None or not tf.executing_eagerly():
+            local = hooks.local
+            if not hooks.active or getattr(local, "function", None) is not None or not tf.executing_eagerly():
                 return original(self, *args, **kwds)
             watches = hooks.watches.get(id(self))
             if watches and hooks.functions[id(self)]() is not self:  # a dead function's id, reused
                 del hooks.watches[id(self)]
                 watches = None
             against = hooks._against(watches) if watches else ()
-            count = self.experimental_get_tracing_count() if watches else None
-            hooks.local.tracing = trace = Trace(self)
+            count = self.experimental_get_tracing_count() if against else None
+            local.function, local.trace = self, None  # a Trace is made only if this call traces a metric
             try:
                 result = original(self, *args, **kwds)
             finally:
-                hooks.local.tracing = None
+                trace, local.function, local.trace = local.trace, None, None
             try:
-                if trace.seen:
+                if trace is not None:
                     hooks._trace_done(trace)
                 if against and self.experimental_get_tracing_count() == count:
                     hooks._report(against)
@@ -129,13 +130,15 @@ class TracedConditionHooks:
 
     # -- while tracing ---------------------------------------------------------
     def _traced(self, metric, kind, frame, site):
-        trace = getattr(self.local, "tracing", None)
-        if trace is None or site.path.startswith("<"):
+        traced = getattr(self.local, "function", None)
+        if traced is None or site.path.startswith("<"):
             return
         function = _function_at(site.path, site.line)
         if function is None:
             return
-        trace.seen = True
+        trace = self.local.trace
+        if trace is None:
+            trace = self.local.trace = Trace(traced)
         if kind == "reset":
             trace.reset_lines.add((site.path, site.line))
         key = (site.path, function.lineno)
@@ -200,11 +203,10 @@ class TracedConditionHooks:
 
 
 class Trace:
-    __slots__ = ("candidates", "function", "reset_lines", "seen")
+    __slots__ = ("candidates", "function", "reset_lines")
 
     def __init__(self, function):
         self.function = function
-        self.seen = False
         self.reset_lines: set = set()
         self.candidates: dict[tuple, list] = {}
 
