@@ -231,3 +231,64 @@ def test_a_late_watch_is_not_reported_when_the_first_op_also_reads_a_watched_var
     assert findings == [] and probed == plain and all(v > 0 for v in probed)
     _, watched_first, _ = _run_variant(tmp_path, "watch_first.py", first)
     assert probed == watched_first
+
+
+FIT_FLAG = '''
+import keras
+import tensorflow as tf
+
+from _data import toy_binary
+
+
+class Net(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.hidden, self.out = keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)
+        self.acc = keras.metrics.BinaryAccuracy(threshold=0.0, name="acc")
+        self.new_epoch = True
+
+    def call(self, x, training=False):
+        return self.out(self.hidden(x))
+
+    def train_step(self, data):
+        x, y = data
+        if self.new_epoch:
+            self.acc.reset_state()
+        with tf.GradientTape() as tape:
+            logits = self(x, training=True)
+            loss = self.compute_loss(x, y, logits)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        self.acc.update_state(y, logits)
+        return {"acc": self.acc.result()}
+
+
+class EpochFlag(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.model.new_epoch = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.model.new_epoch = False
+
+
+def main():
+    keras.utils.set_random_seed(9)
+    x, y = toy_binary(seed=9)
+    model = Net()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.BinaryCrossentropy(from_logits=True),
+                  run_eagerly=EAGER)
+    history = model.fit(x, y, batch_size=16, epochs=3, shuffle=False, verbose=0, callbacks=[EpochFlag()])
+    return [round(v, 4) for v in history.history["acc"]]
+'''
+
+
+def test_a_flag_gated_reset_in_a_train_step_under_fit_is_reported_and_run_eagerly_is_not(tmp_path):
+    findings, probed, plain = _run_variant(tmp_path, "fit_flag.py", "EAGER = False\n" + FIT_FLAG)
+    assert probed == plain == [0.5, 0.5625, 0.5625]  # the last batch's accuracy: reset at every step
+    (finding,) = findings
+    assert (finding.code, finding.line) == ("TAP501", 22)
+    assert "is under `if self.new_epoch:` inside `train_step`, which `fit` traces" in finding.message
+    assert finding.hint.startswith("Take the reset out of `train_step`: reset `self.acc` where Python runs")
+    # run eagerly, Python reads the flag at every step: the reset runs once per epoch, as written
+    findings, probed, plain = _run_variant(tmp_path, "fit_flag_eager.py", "EAGER = True\n" + FIT_FLAG)
+    assert findings == [] and probed == plain == [0.6094, 0.6719, 0.7188]

@@ -32,7 +32,10 @@ What the probe sees, all of it needed before it says anything:
    for functions without such a reset) finds the condition the other way and
    makes no new trace: this call ran the graph the flag no longer describes.
 
-Reported once per reset line. Only weak references (the flag's holder, the
+Under `fit` the same holds for a `train_step` override (Keras traces it in its own
+`tf.function`; the hint then says to leave the reset to `fit` or a callback); with
+`run_eagerly=True` nothing is traced and nothing is reported. Reported once per
+reset line. Only weak references (the flag's holder, the
 `tf.function`) and texts are kept.
 """
 
@@ -54,14 +57,15 @@ CAUSE = "condition-read-while-tracing"
 
 
 class Watch:
-    __slots__ = ("attr", "condition", "function", "holder", "line", "metric", "negated", "path", "reported",
-                 "step", "value", "valid")
+    __slots__ = ("attr", "by_keras", "condition", "function", "holder", "line", "metric", "negated", "path",
+                 "reported", "step", "value", "valid")
 
     def __init__(self, path, line, condition, holder, attr, negated, metric, step, value):
         self.path, self.line, self.condition = path, line, condition
         self.holder, self.attr, self.negated = holder, attr, negated
         self.metric, self.step, self.value = metric, step, value
         self.function = None
+        self.by_keras = False  # traced by Keras's own `tf.function` (`fit`, `evaluate`), not the user's
         self.reported = False
         self.valid = True
 
@@ -174,7 +178,9 @@ class TracedConditionHooks:
                     if known.value != value:
                         known.valid = False  # traced once each way: either graph may run
                     continue
-                table[(path, line)] = Watch(path, line, condition, holder, attr, negated, receiver, step, value)
+                watch = table[(path, line)] = Watch(path, line, condition, holder, attr, negated, receiver, step, value)
+                python = getattr(function, "python_function", None)
+                watch.by_keras = str(getattr(python, "__module__", "") or "").split(".")[0] == "keras"
 
     # -- the finding ---------------------------------------------------------------
     def _report(self, against):
@@ -190,14 +196,19 @@ class TracedConditionHooks:
             what = (f"the traced function resets `{watch.metric}` at every call" if baked else
                     f"the traced function never resets `{watch.metric}`")
             flag = watch.condition.removeprefix("not ")
+            where = (f"inside `{watch.step}`, which `fit` traces" if watch.by_keras else
+                     f"inside the `tf.function` `{watch.step}`")
+            hint = (f"Take the reset out of `{watch.step}`: reset `{watch.metric}` where Python runs at each epoch "
+                    f"(`fit` resets the model's `metrics` itself at each epoch; else `{watch.metric}.reset_state()` "
+                    "in a callback's `on_epoch_begin`)." if watch.by_keras else
+                    f"Reset the metric outside the `tf.function`, where Python runs at every call: "
+                    f"`if {watch.condition}: {watch.metric}.reset_state()` before calling `{watch.step}(...)` "
+                    f"(or `{watch.metric}.reset_state()` at the start of each epoch).")
             self.collector.add(
                 Site(watch.path, watch.line, 1), CODE, CAUSE,
-                f"`{watch.metric}.reset_state()` is under `if {watch.condition}:` inside the `tf.function` "
-                f"`{watch.step}`: Python reads `{flag}` only while tracing (it was {said} then), so {what}; "
-                f"it has just been called with `{flag}` {now}",
-                f"Reset the metric outside the `tf.function`, where Python runs at every call: "
-                f"`if {watch.condition}: {watch.metric}.reset_state()` before calling `{watch.step}(...)` "
-                f"(or `{watch.metric}.reset_state()` at the start of each epoch).",
+                f"`{watch.metric}.reset_state()` is under `if {watch.condition}:` {where}: Python reads `{flag}` "
+                f"only while tracing (it was {said} then), so {what}; it has just been called with `{flag}` {now}",
+                hint,
                 names=[watch.metric], subject=watch.metric,
             )
 
