@@ -11,6 +11,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.data.ops.iterator_ops import OwnedIterator
+from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
 from tensorflow.python.ops.variables import VariableMetaclass
 
 
@@ -27,10 +28,10 @@ def _with_subclasses_and_bases(cls) -> set[type]:
 def probed_classes() -> set[type]:
     roots = (
         tf.GradientTape, keras.metrics.Metric, keras.optimizers.Optimizer,
-        keras.layers.Dropout, keras.layers.BatchNormalization,
+        keras.layers.Dropout, keras.layers.BatchNormalization, keras.Model,  # its trainer: `compiled_loss`
     )
     classes = set().union(*(_with_subclasses_and_bases(root) for root in roots))
-    return classes | {VariableMetaclass, OwnedIterator, dataset_ops.DatasetV2}
+    return classes | {VariableMetaclass, OwnedIterator, dataset_ops.DatasetV2, Function}
 
 
 # Python itself adds these to a class on first access; they are not the probe's doing.

@@ -52,12 +52,33 @@ NAMES = {
                                      "Update the trackers yourself: `self.compute_loss(x, y, y_pred)` for the loss, "
                                      "then `m.update_state(loss)` for the loss tracker and `m.update_state(y, y_pred)` "
                                      "for the other metrics."),
+    "bad_compiled_loss_shim.py": ("never updates the loss tracker `loss`; this step never updates it either, so "
+                                  "the `loss` that `fit` reports (`history.history[\"loss\"]`) is 0.0",
+                                  "Use `batch_loss = self.compute_loss(y=y, y_pred=logits)` (it adds `self.losses` "
+                                  "itself), then, after the tape, update the loss tracker yourself: "
+                                  "`m.update_state(batch_loss)` for the `m` in `self.metrics` named `\"loss\"`."),
+    "bad_compiled_loss_penalty_twice.py": ("line 37 adds the penalties again, so the loss differentiated at line 38 "
+                                           "counts the regularization of `self.encoder.kernel` twice",
+                                           "Use `reconstruction = self.compute_loss(y=x, y_pred=x_hat)` and do not "
+                                           "add `self.losses` to it again (line 37): it holds them already."),
+    "bad_traced_reset_flag.py": ("Python reads `self.new_epoch` only while tracing (it was true then), so the "
+                                 "traced function resets `self.train_acc` at every call; it has just been called "
+                                 "with `self.new_epoch` false",
+                                 "Reset the metric outside the `tf.function`, where Python runs at every call: "
+                                 "`if self.new_epoch: self.train_acc.reset_state()` before calling `train_step(...)` "
+                                 "(or `self.train_acc.reset_state()` at the start of each epoch)."),
     "bad_cached_variables_batchnorm.py": ("is a non-trainable variable (a BatchNormalization moving statistic",
                                           "Ask for `model.trainable_variables` (not `model.variables` or "
                                           "`model.weights`, nor a list cached from them)."),
     "bad_gp_watch_after_use.py": ("source `mixed` is watched at line 32, after line 31 already used it",
                                   "Move `gp_tape.watch(mixed)` up, first in the `with` block, before line 31 uses "
                                   "`mixed`."),
+    "bad_gp_watch_after_use_tf_function.py": ("source `mixed` is watched at line 32, after line 31 already used it",
+                                              "Move `gp_tape.watch(mixed)` up, first in the `with` block, before "
+                                              "line 31 uses `mixed`."),
+    "bad_gp_watch_after_use_fit.py": ("source `interpolated` is watched at line 45, after line 44 already used it",
+                                      "Move `gp_tape.watch(interpolated)` up, first in the `with` block, before "
+                                      "line 44 uses `interpolated`."),
     "bad_reset_states_override.py": ("`BestBatchError.reset_states()` overrides Keras 2's method, which Keras 3 never "
                                      "calls", "Rename it to `reset_state(self)` (singular)."),
 }
@@ -120,3 +141,154 @@ def test_the_mistake_is_reported_at_its_line_with_the_users_name(path):
 def test_the_twin_is_silent(path):
     findings, probed, plain = run(path)
     assert findings == [] and probed == plain
+
+
+def test_compiled_loss_used_as_keras_3_means_it_is_not_reported(tmp_path):
+    """The shim's value is right when nothing is added to it and the loss tracker is updated: deprecated, not
+    wrong (Keras warns itself); `regularization_losses=self.losses` read but not added is no second penalty."""
+    bad = (FOLDER / "bad_compiled_loss_penalty_twice.py").read_text(encoding="utf-8")
+    right = bad.replace("self.compiled_loss(x, x_hat)  # probe-expect: TAP302",
+                        "self.compiled_loss(x, x_hat, regularization_losses=self.losses)")
+    right = right.replace("total = reconstruction + tf.add_n(self.losses)", "total = reconstruction")
+    assert "regularization_losses=self.losses)\n" in right and "total = reconstruction\n" in right
+    path = tmp_path / "right_compiled_loss.py"
+    path.write_text(right, encoding="utf-8")
+    (tmp_path / "_data.py").write_text((FOLDER / "_data.py").read_text(encoding="utf-8"), encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("_data", None)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = runpy.run_path(str(path), run_name="keras26_fixture")
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            with tapecheck.probe() as p:
+                losses, norm = module["main"]()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("_data", None)
+    assert p.findings == []
+    assert norm == 2.1046  # one penalty: the Keras 3 twin's weights (the bad one's, twice: 1.4982)
+
+
+def _run_variant(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    (tmp_path / "_data.py").write_text((FOLDER / "_data.py").read_text(encoding="utf-8"), encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("_data", None)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = runpy.run_path(str(path), run_name="keras26_fixture")
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            with tapecheck.probe() as p:
+                probed = module["main"]()
+            plain = module["main"]()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("_data", None)
+    return p.findings, probed, plain
+
+
+TRACED = (FOLDER / "bad_traced_reset_flag.py").read_text(encoding="utf-8")
+
+
+def test_a_reset_left_out_of_the_trace_by_its_flag_is_reported_when_the_flag_turns(tmp_path):
+    """False at the first call (the first epoch starts clean): the reset is never traced, and never runs."""
+    text = TRACED.replace("            self.new_epoch = True\n", "            self.new_epoch = bool(history)\n")
+    text = text.replace("                self.new_epoch = False\n", "")
+    assert "bool(history)" in text and "self.new_epoch = False" not in text
+    findings, probed, plain = _run_variant(tmp_path, "never_traced_reset.py", text)
+    assert probed == plain
+    by_code = {f.code: f for f in findings}
+    assert by_code["TAP501"].line == 32
+    assert ("(it was false then), so the traced function never resets `self.train_acc`; it has just been called "
+            "with `self.new_epoch` true") in by_code["TAP501"].message
+    assert set(by_code) == {"TAP501", "TAP301"}  # and the reads at each epoch's end are stale (TAP301 there)
+
+
+def test_a_traced_reset_whose_flag_never_turns_is_not_reported(tmp_path):
+    """A flag that stays True resets at every call on purpose (a per-batch metric): nothing says otherwise."""
+    text = TRACED.replace("                self.new_epoch = False\n", "")
+    assert "self.new_epoch = False" not in text
+    findings, probed, plain = _run_variant(tmp_path, "per_batch_reset.py", text)
+    assert findings == [] and probed == plain
+
+
+def test_a_late_watch_is_not_reported_when_the_first_op_also_reads_a_watched_variable(tmp_path):
+    """Without `standardize`, the critic's `MatMul` reads its (watched) kernel: the op is recorded with the
+    interpolates as an input, so the late `watch` still gives the right gradient (the same penalty as the
+    watch first): nothing to report, under `fit` too."""
+    bad = (FOLDER / "bad_gp_watch_after_use_fit.py").read_text(encoding="utf-8")
+    late = bad.replace("scores = self(self.standardize(interpolated), training=True)",
+                       "scores = self(interpolated, training=True)")
+    first = late.replace("            scores = self(interpolated, training=True)\n            gp_tape.watch(interpolated)\n",
+                         "            gp_tape.watch(interpolated)\n            scores = self(interpolated, training=True)\n")
+    assert late != bad and first != late
+    findings, probed, plain = _run_variant(tmp_path, "late_watch_after_matmul.py", late)
+    assert findings == [] and probed == plain and all(v > 0 for v in probed)
+    _, watched_first, _ = _run_variant(tmp_path, "watch_first.py", first)
+    assert probed == watched_first
+
+
+FIT_FLAG = '''
+import keras
+import tensorflow as tf
+
+from _data import toy_binary
+
+
+class Net(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.hidden, self.out = keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)
+        self.acc = keras.metrics.BinaryAccuracy(threshold=0.0, name="acc")
+        self.new_epoch = True
+
+    def call(self, x, training=False):
+        return self.out(self.hidden(x))
+
+    def train_step(self, data):
+        x, y = data
+        if self.new_epoch:
+            self.acc.reset_state()
+        with tf.GradientTape() as tape:
+            logits = self(x, training=True)
+            loss = self.compute_loss(x, y, logits)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        self.acc.update_state(y, logits)
+        return {"acc": self.acc.result()}
+
+
+class EpochFlag(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.model.new_epoch = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.model.new_epoch = False
+
+
+def main():
+    keras.utils.set_random_seed(9)
+    x, y = toy_binary(seed=9)
+    model = Net()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.BinaryCrossentropy(from_logits=True),
+                  run_eagerly=EAGER)
+    history = model.fit(x, y, batch_size=16, epochs=3, shuffle=False, verbose=0, callbacks=[EpochFlag()])
+    return [round(v, 4) for v in history.history["acc"]]
+'''
+
+
+def test_a_flag_gated_reset_in_a_train_step_under_fit_is_reported_and_run_eagerly_is_not(tmp_path):
+    findings, probed, plain = _run_variant(tmp_path, "fit_flag.py", "EAGER = False\n" + FIT_FLAG)
+    assert probed == plain == [0.5, 0.5625, 0.5625]  # the last batch's accuracy: reset at every step
+    (finding,) = findings
+    assert (finding.code, finding.line) == ("TAP501", 22)
+    assert "is under `if self.new_epoch:` inside `train_step`, which `fit` traces" in finding.message
+    assert finding.hint.startswith("Take the reset out of `train_step`: reset `self.acc` where Python runs")
+    # run eagerly, Python reads the flag at every step: the reset runs once per epoch, as written
+    findings, probed, plain = _run_variant(tmp_path, "fit_flag_eager.py", "EAGER = True\n" + FIT_FLAG)
+    assert findings == [] and probed == plain == [0.6094, 0.6719, 0.7188]

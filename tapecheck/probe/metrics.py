@@ -34,11 +34,14 @@ UPDATE_STACKS = 2  # user stacks kept per reset, of the first updates: where the
 
 
 class MetricState:
-    __slots__ = ("fit_update", "generation", "initial", "read", "reads", "update_lines", "updates")
+    __slots__ = ("ever_updated", "fit_update", "generation", "graph_reset", "initial", "read", "reads",
+                 "update_lines", "updates")
 
     def __init__(self):
         self.generation = 0
         self.updates = 0
+        self.ever_updated = False  # updated at least once (also while tracing), whatever resets came after
+        self.graph_reset = False  # a reset was traced into a graph: it runs unseen, epochs cannot be told apart
         self.reads: dict[tuple, tuple] = {}  # (path, line) -> (generation, epoch, snapshot)
         self.update_lines: list[tuple] = []  # the user (path, line)s of the first updates since the reset
         self.fit_update = None  # (site, name, generation, fit's reset rounds then): updated by the user's code in fit
@@ -60,6 +63,7 @@ class MetricHooks:
         self._round_at = -1
         self._round: set[int] = set()  # the metrics Keras reset in the current round
         self.reported: set = set()  # classes already reported for their reset method
+        self.trace_listeners = []  # told (metric, "update" or "reset", user frame, site) of each traced user call
 
     def install(self, patcher):
         import keras
@@ -97,6 +101,10 @@ class MetricHooks:
         self.states.clear()
 
     # -- state -------------------------------------------------------------
+    def state_of(self, metric) -> MetricState:
+        """The probe's record of `metric` (made if new); other hooks keep it to read after the run."""
+        return self._state(metric)
+
     def _state(self, metric) -> MetricState:
         self.lifetimes.sweep()
         state = self.states.get(id(metric))
@@ -141,8 +149,11 @@ class MetricHooks:
         def update_state(self, *args, **kwargs):
             __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             if hooks.active and hooks._outermost("update", self):
+                if hooks.trace_listeners and not tf.executing_eagerly():
+                    hooks._traced(self, "update")
                 state = hooks._state(self)
                 state.updates += 1
+                state.ever_updated = True
                 hooks.activity += 1
                 if len(state.update_lines) < UPDATE_STACKS:
                     state.update_lines.append(sites.user_lines())
@@ -165,12 +176,16 @@ class MetricHooks:
             __tracebackhide__ = True  # pytest: the probe's frame is not the user's
             outermost = hooks.active and hooks._outermost("reset", self)
             by_keras = False
+            if outermost and hooks.trace_listeners and not tf.executing_eagerly():
+                hooks._traced(self, "reset")
             if outermost:
                 state = hooks._state(self)
                 state.generation += 1
                 state.updates = 0
                 state.reads.clear()
                 state.update_lines = []
+                if not tf.executing_eagerly():
+                    state.graph_reset = True
                 by_keras = tf.executing_eagerly() and not sites.calls_from_user_code()
                 if by_keras:
                     hooks._keras_reset_round(self)
@@ -209,6 +224,19 @@ class MetricHooks:
             return value
 
         return result
+
+    def _traced(self, metric, kind):
+        """A metric update or reset being traced (a `tf.function` or `fit` step): tell the listeners."""
+        try:
+            if not sites.calls_from_user_code(3):
+                return
+            frame, site = sites.user_frame(3)
+            if site is None:
+                return
+            for listener in self.trace_listeners:
+                listener(metric, kind, frame, site)
+        except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
+            report_internal_error(exc)
 
     # -- what fit resets, and what a reset leaves ----------------------------------------
     def _keras_reset_round(self, metric):
@@ -316,6 +344,8 @@ class MetricHooks:
 
     def _read(self, metric):
         state = self._state(metric)
+        if state.graph_reset:
+            return  # its resets run in a traced function, unseen: a changed state may well be one epoch's
         frame, site = sites.user_frame()
         if site is None:
             return

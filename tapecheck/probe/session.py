@@ -71,6 +71,8 @@ class Probe:
         try:
             from tapecheck.probe.metrics import MetricHooks
             from tapecheck.probe.pairing import GradientOrigins
+            from tapecheck.probe.shims import CompiledLossHooks
+            from tapecheck.probe.traced import TracedConditionHooks
             from tapecheck.probe.state import StateHooks, UpdateCount
             from tapecheck.probe.training import TrainingFlagHooks
 
@@ -87,8 +89,9 @@ class Probe:
             self._notes = notes = Notes()  # what hooks knew about an exception passing through them
             tapes.notes = optimizers.notes = state.notes = notes
             self._tapes = tapes
-            self._hooks = [tapes, MetricHooks(self.collector), optimizers, state,
-                           TrainingFlagHooks(self.collector, tapes)]
+            metrics = MetricHooks(self.collector)
+            self._hooks = [tapes, metrics, optimizers, state, TrainingFlagHooks(self.collector, tapes),
+                           CompiledLossHooks(self.collector, metrics, tapes), TracedConditionHooks(self.collector, metrics)]
             self._patcher = Patcher()
             for hooks in self._hooks:
                 hooks.install(self._patcher)
