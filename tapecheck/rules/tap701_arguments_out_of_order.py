@@ -68,6 +68,8 @@ sim(z2, z1)`, a symmetric loss) and a function calling itself are deliberate.
 
 from __future__ import annotations
 
+import re
+
 from tapecheck.model import Function, model_of
 from tapecheck.rules._common import report
 
@@ -76,9 +78,14 @@ NAME = "arguments-out-of-order"
 SUMMARY = "a variable passed by position to a project function whose parameter there has another name, and which names it elsewhere"
 
 
+# Training code, as `_training_code` reads it: a callee named `...loss...`, a tape recording (the
+# word `tape` is in every file that makes or names one), or a training method of a class.
+TRAINING_TEXT = re.compile(rb"(?i:loss|tape)|def\s+(?:call|__call__|train_step|test_step|compute_loss)\b")
+
+
 def screen(source: bytes) -> bool:
-    """A call can reach a visible definition only in a file that defines or imports one."""
-    return b"def " in source or b"import" in source
+    """A file with training code (see TRAINING_TEXT) that defines or imports a function."""
+    return (b"def " in source or b"import" in source) and TRAINING_TEXT.search(source) is not None
 
 
 VALID = [
