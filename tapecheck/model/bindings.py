@@ -117,7 +117,7 @@ class Bindings:
         best = None
         for assign in earlier:
             chain = facts.chain(assign.site.block)
-            for depth, bid in enumerate(chain):
+            for bid in chain:
                 block = facts.blocks[bid]
                 if block.kind != "if" or block.parent not in site_chain or bid in site_chain:
                     continue
