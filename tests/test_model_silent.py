@@ -260,3 +260,12 @@ def test_an_actors_variables_kept_before_its_first_call_leave_its_heads_untraine
     assert (kept, total, moved) == (2, 6, False)  # only the body built by its Input is in the list
     assert (good_kept, good_total, good_moved) == (6, 6, True)
     assert loss > 10 * good_loss
+
+
+def test_a_keras_loss_called_prediction_first_reads_the_labels_as_logits():
+    accuracy, truth, logged = run("bad", "churn_trainer_loss_reversed.py", 200)
+    good_accuracy, good_truth, good_logged = run("good", "churn_trainer_loss_reversed.py", 200)
+    assert good_accuracy == 1.0 and good_truth < 0.05
+    assert good_logged == pytest.approx(good_truth, rel=0.05)  # the loss logged is the true one
+    assert accuracy < 0.6 and truth > 10  # the negatives never learnt
+    assert logged < 0  # a "cross-entropy" below zero: no minimum to reach
