@@ -260,3 +260,12 @@ def test_an_actors_variables_kept_before_its_first_call_leave_its_heads_untraine
     assert (kept, total, moved) == (2, 6, False)  # only the body built by its Input is in the list
     assert (good_kept, good_total, good_moved) == (6, 6, True)
     assert loss > 10 * good_loss
+
+
+def test_a_train_step_training_a_module_level_generator_leaves_the_fitted_model_untrained():
+    loss, val_loss, moved = run("bad", "generator_trainer_global.py", 6)
+    good_loss, good_val_loss, good_moved = run("good", "generator_trainer_global.py", 6)
+    assert loss[-1] < loss[0] / 3 and good_loss[-1] < good_loss[0] / 3  # both training logs fall
+    assert moved == 0.0 and good_moved > 0.01  # the fitted model's own weights, before and after fit
+    assert max(val_loss) - min(val_loss) < 0.05 and val_loss[-1] > 0.5  # scored on `self`: flat
+    assert good_val_loss[-1] < good_val_loss[0] / 3
