@@ -251,6 +251,18 @@ def experiment(x, y):
     fitter.compile(optimizer="sgd")
     return fitter.fit(x, y)
 """,
+    # only the validation step scores the global model
+    """
+import tensorflow as tf
+import keras
+net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+class Scored(keras.Model):
+    def test_step(self, data):
+        x, y = data
+        return {"loss": tf.reduce_mean(tf.square(net(x) - y))}  # expect: TAP406
+inputs = keras.Input((4,))
+scored = Scored(inputs, keras.layers.Dense(1)(inputs))
+""",
 ]
 
 
@@ -355,8 +367,10 @@ def check(facts):
         others = sorted({f"{w} (line {s.line})" for h, s, w, _ in found[1:] + optimizers if (s.line, w) != (site.line, what)})
         also = f"; also {', '.join(others)}" if others else ""
         if fn.name == "train_step" and not trained:
-            effect = (f"the loss does not depend on the fitted model's own weights, so their gradients are None "
+            effect = ("the loss does not depend on the fitted model's own weights, so their gradients are None "
                       "(`fit` raises `ValueError: No gradients provided for any variable`)")
+        elif fn.name == "test_step" and not trained:
+            effect = (f"`evaluate` and `fit`'s validation score `{head}`, not the fitted model")
         else:
             effect = (f"the step trains or scores `{head}` while the fitted model's own weights never move (its "
                       "`evaluate`, `predict` and saved weights stay untrained)")
