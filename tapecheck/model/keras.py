@@ -6,7 +6,9 @@
   (`local_class`, `bases`, `methods`), whether a class is a Keras layer or model,
   whether a name holds a Keras model at a site (built here, returned by a builder of
   another module, handed to a trainer), what state a constructor call makes
-  (optimizer, metric, variable), and the losses handed to `compile()`.
+  (optimizer, metric, variable), and the losses handed to `compile()`; which calls make an
+  instance of a model class (`instances_made`) and which are known to make another model
+  (`makes_another_model`), for what a `train_step` may be running on.
 """
 
 from __future__ import annotations
