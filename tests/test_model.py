@@ -522,3 +522,42 @@ def test_which_subclassed_models_wait_for_their_first_call_to_make_weights():
     lazy = {klass.name: m.builds_lazily(klass) for klass in m.classes.values()}
     assert lazy == {"Critic": True, "Encoder": True, "Wrapper": True, "SelfBuilt": False, "SuperBuilt": False,
                     "WithInput": False, "Plain": False}
+
+
+def test_which_models_a_train_step_may_be_running_on():
+    """`instances_made`, `makes_another_model` and `span_reads`: what a Model subclass's step may
+    find in a module-level name (the rule TAP406 asks them)."""
+    m = model("""\
+        import keras
+        class Fitter(keras.Model):
+            pass
+        class Wider(Fitter):
+            pass
+        class Other(keras.Model):
+            pass
+        def build():
+            return keras.Sequential([keras.layers.Dense(1)])
+        def build_fitter():
+            return Fitter()
+        def build_named():
+            net = keras.Sequential([keras.layers.Dense(1)])
+            return net
+        base = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        a = build()
+        b = Other()
+        c = build_fitter()
+        d = Wider()
+        e = keras.models.clone_model(base)
+        f = build_named()
+        inputs = base.inputs
+        g = Fitter(inputs, base.outputs)
+        h = Fitter(keras.Input((2,)))
+    """)
+    fitter = next(k for k in m.classes.values() if k.name == "Fitter")
+    made = {c.site.line: c for c in m.facts.calls if c.site.line >= 15 and m.facts.scope_of(c.site) == 0}
+    assert sorted(c.site.line for c in m.instances_made(fitter)) == [11, 19, 23, 24]  # Wider derives from it
+    another = {line: m.makes_another_model(made[line], fitter) for line in (15, 16, 17, 18, 19, 20, 21)}
+    assert another == {15: True, 16: True, 17: True, 18: False, 19: False, 20: False, 21: False}
+    g, h = made[23], made[24]
+    assert m.span_reads((g.site.order, g.end_order), "base")  # directly and through `inputs`
+    assert not m.span_reads((h.site.order, h.end_order), "base")

@@ -269,3 +269,10 @@ def test_a_keras_loss_called_prediction_first_reads_the_labels_as_logits():
     assert good_logged == pytest.approx(good_truth, rel=0.05)  # the loss logged is the true one
     assert accuracy < 0.6 and truth > 10  # the negatives never learnt
     assert logged < 0  # a "cross-entropy" below zero: no minimum to reach
+def test_a_train_step_training_a_module_level_generator_leaves_the_fitted_model_untrained():
+    loss, val_loss, moved = run("bad", "generator_trainer_global.py", 6)
+    good_loss, good_val_loss, good_moved = run("good", "generator_trainer_global.py", 6)
+    assert loss[-1] < loss[0] / 3 and good_loss[-1] < good_loss[0] / 3  # both training logs fall
+    assert moved == 0.0 and good_moved > 0.01  # the fitted model's own weights, before and after fit
+    assert max(val_loss) - min(val_loss) < 0.05 and val_loss[-1] > 0.5  # scored on `self`: flat
+    assert good_val_loss[-1] < good_val_loss[0] / 3

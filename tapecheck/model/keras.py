@@ -6,7 +6,9 @@
   (`local_class`, `bases`, `methods`), whether a class is a Keras layer or model,
   whether a name holds a Keras model at a site (built here, returned by a builder of
   another module, handed to a trainer), what state a constructor call makes
-  (optimizer, metric, variable), and the losses handed to `compile()`.
+  (optimizer, metric, variable), and the losses handed to `compile()`; which calls make an
+  instance of a model class (`instances_made`) and which are known to make another model
+  (`makes_another_model`), for what a `train_step` may be running on.
 """
 
 from __future__ import annotations
@@ -201,6 +203,57 @@ class KerasKinds:
                 return all(other.makes_a_model(inner, depth + 1, built=built) for inner in returned)
             names = other.returned_names(made)  # `model = keras.Model(inputs, outputs); return model`
             return bool(names) and all(other.holds_a_model(name, site, depth + 1, built=built) for name, site in names)
+        return False
+
+    def instances_made(self, klass: Block) -> list[Call]:
+        """The calls of this file that make an instance of `klass` or of a class of this file deriving
+        from it (`Trainer(...)`, `GAN(generator=g)`), in source order."""
+        key = ("instances made", klass.id)
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = [
+                call for call in self.spans.calls
+                if call.func.kind == "name" and self._derives_from(self.binding(call.func.text, call.site), klass)
+            ]
+        return list(found)
+
+    def _derives_from(self, made, klass: Block) -> bool:
+        return isinstance(made, Klass) and made.model is self and any(cls is klass for cls in self.bases(made.block))
+
+    def makes_another_model(self, call: Call, klass: Block, depth: int = 0) -> bool:
+        """Whether `call` makes a Keras model known not to be an instance of `klass` (nor of a class
+        deriving from it or one it derives from): a Keras model class or factory, an application, a
+        model class of this file unrelated to `klass`, or a function of this file each of whose returns
+        is such a call. False when unknown (then the model may be the very instance a method of
+        `klass` runs on)."""
+        if depth > MAX_ALIAS_DEPTH or not call.func.text:
+            return False
+        callee = self.resolved(call.func.text, call.site)
+        if is_keras_class(callee, "applications") or callee in MODEL_CLASSES \
+                or keras_member(callee, "models") in MODEL_FACTORIES:
+            return keras_member(callee, "models") != "clone_model" and not self._derives_from(
+                self.binding(call.func.text, call.site), klass)
+        made = self.binding(call.func.text, call.site)
+        if isinstance(made, Klass):
+            related = self._derives_from(made, klass) or any(cls is made.block for cls in self.bases(klass))
+            return made.model is self and not related and self.is_model_class(made)
+        if isinstance(made, Function) and not made.bound and made.model is self:
+            returned = self.returned_calls(made)
+            return bool(returned) and all(self.makes_another_model(inner, klass, depth + 1) for inner in returned)
+        return False
+
+    def span_reads(self, span: tuple[int, int], name: str, depth: int = 0) -> bool:
+        """Whether the events in an order span (a call's arguments) read `name` (`name`, `name.x`),
+        also through the names read there, one binding deep each (`inputs = model.input`)."""
+        if depth > MAX_ALIAS_DEPTH:
+            return False
+        for use in self.spans.uses_in(span):
+            head = use.name.partition(".")[0]
+            if head == name:
+                return True
+            for assign in self.assigns_reaching(head, use.site):
+                if assign.kind == "assign" and assign.span != (0, 0) and self.span_reads(assign.span, name, depth + 1):
+                    return True
         return False
 
     def built_when_made(self, call: Call, callee: str) -> bool:
