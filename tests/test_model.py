@@ -561,3 +561,43 @@ def test_which_models_a_train_step_may_be_running_on():
     g, h = made[23], made[24]
     assert m.span_reads((g.site.order, g.end_order), "base")  # directly and through `inputs`
     assert not m.span_reads((h.site.order, h.end_order), "base")
+def test_an_attribute_bound_in_both_branches_of_one_method_holds_either_value_when_it_returns():
+    """`attribute_on_each_path` (TAP112): the bindings of `self.<attr>` at the end of the one method
+    that sets it, one per branch of the `if`/`else` that binds it in each; nothing when another method
+    sets it too, when a path leaves it unbound, or when it is bound in a loop."""
+    m = model("""
+        import tensorflow as tf
+        class Trainer:
+            def __init__(self, use_bias, learn, n):
+                if use_bias:
+                    self.b = tf.Variable(0.0)
+                else:
+                    self.b = None
+                    self.b = []
+                if learn:
+                    self.scale = tf.Variable(1.0)
+                for _ in range(n):
+                    self.counts = []
+                self.later = []
+            def build(self):
+                self.later = tf.Variable(0.0)
+        """)
+    klass = next(iter(m.classes.values()))
+    assert sorted(a.site.line for a in m.attribute_on_each_path(klass, "b")) == [6, 9]  # `None` is overwritten
+    assert m.attribute_on_each_path(klass, "scale") == []  # no `else`: a path leaves it unset
+    assert m.attribute_on_each_path(klass, "counts") == []  # in a loop
+    assert m.attribute_on_each_path(klass, "later") == []  # set in two methods
+    assert m.attribute_on_each_path(klass, "missing") == []
+
+
+def test_a_sum_keeps_its_operands_two_levels_deep():
+    """The summary of `a + [b]` holds both operands (TAP112 reads the list literal among them)."""
+    m = model("""
+        variables = encoder.trainable_variables + decoder.trainable_variables + [scale]
+        """)
+    value = next(a.value for a in m.facts.assigns if a.target == "variables")
+    assert value.kind == "binop" and value.method == "Add"
+    left, right = value.operands
+    assert [o.text for o in left.operands] == ["encoder.trainable_variables", "decoder.trainable_variables"]
+    assert right.kind == "list" and [e.text for e in right.elements] == ["scale"]
+    assert left.operands[0].operands == ()  # a name: nothing below it

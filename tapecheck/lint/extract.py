@@ -183,8 +183,11 @@ class FactsBuilder(FastVisitor):
                 for el in elements
             ) or (len(elements) > 1 and any(isinstance(el.slice, cst.Slice) for el in elements))
             return Expr("subscript", dotted_name(node.value), tensor_slice=tensor_slice)
-        if isinstance(node, (cst.BinaryOperation, cst.UnaryOperation)):
-            return Expr("binop", "", method=node.operator.__class__.__name__)  # `Divide`, `Add`, `Minus`...
+        if isinstance(node, cst.BinaryOperation):  # `Divide`, `Add`, `Minus`...
+            operands = (self.summarize(node.left, depth + 1), self.summarize(node.right, depth + 1)) if depth < 2 else ()
+            return Expr("binop", "", method=node.operator.__class__.__name__, operands=operands)
+        if isinstance(node, cst.UnaryOperation):
+            return Expr("binop", "", method=node.operator.__class__.__name__)
         if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Call) and dotted_name(node.value.func) == "super":
             return Expr("super", "", method=node.attr.value)  # `super().call`: the method of a base class
         if isinstance(node, cst.Attribute):  # `model.get_layer("conv").output`, `model.layers[-1].output`

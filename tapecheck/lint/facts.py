@@ -61,6 +61,7 @@ class Expr:
     keywords: dict[str, "Expr"] = field(default_factory=dict)
     value: object = None  # constants: True/False/None/number/str
     func_text: str = ""  # calls: the called dotted name as written (`Net`, `losses.focal`)
+    operands: tuple["Expr", ...] = ()  # binop (two levels deep at most): its left and right operands
 
 
 @dataclass(slots=True)

@@ -334,6 +334,23 @@ class Bindings:
             self._attribute_assigns[key] = found
         return list(found)
 
+    def attribute_on_each_path(self, klass: Block, attribute: str) -> list:
+        """The bindings `self.<attribute>` may hold when the one method of `klass` (or of its local
+        bases) that sets it has run to its end: one per path through the `if`/`else` that binds it
+        in each branch (`if use_bias: self.b = tf.Variable(...)` / `else: self.b = []`), the way
+        `assigns_on_every_path` answers for a name. Empty when another method sets it too (a
+        `build` that makes it later), when a path may leave it unbound, or it is bound in a loop."""
+        found = self.attribute_assigns(klass, attribute)
+        if not found or len({fn.block.id for _, fn in found}) != 1:
+            return []
+        fn = found[0][1]
+        facts = self.facts
+        if any(facts.loops_between(None, a.site) or a.site.in_comprehension for a, _ in found):
+            return []
+        last = max(a.site.order for a in self.assigns_in(fn.block.id))
+        end = Site(fn.block.end_line + 1, 0, last + 1, fn.block.id)  # past every binding of the method
+        return self.assigns_on_every_path(found[0][0].target, end)
+
     def attribute(self, klass: Block, attribute: str, depth: int = 0):
         """What `self.<attribute>` holds in every method of `klass`: one value, or None."""
         key = (klass.id, attribute)
