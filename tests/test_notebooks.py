@@ -54,8 +54,22 @@ def test_json_output_carries_cell_and_line():
 def test_magics_and_shell_lines_are_commented_out_in_place():
     cell = "%matplotlib inline\n!pip install x\nfiles = !ls\nmodel?\n  %time f()\nx = 1\n"
     lines = cell_to_python(cell)
-    assert lines == ["#matplotlib inline\n", "#pip install x\n", "#iles = !ls\n", "#odel?\n", "  #time f()\n", "x = 1\n"]
+    assert lines == ["#matplotlib inline\n", "#pip install x\n", "#iles = !ls\n", "#odel?\n", "  pass# f()\n", "x = 1\n"]
     assert [len(a) for a in lines] == [len(b) + 1 for b in cell.splitlines()]  # nothing shifts
+
+
+def test_a_magic_that_is_a_blocks_whole_body_leaves_a_block(tmp_path):
+    # the Colab install cell of many published notebooks: a comment alone would leave `if` empty
+    path = write_notebook(
+        tmp_path / "colab.ipynb",
+        ("code", "import sys\nif 'google.colab' in sys.modules:\n  %pip install -q tensorflow\n"),
+        ("code", "import tensorflow as tf\nx = tf.constant(3.0)\nwith tf.GradientTape() as tape:\n"
+                 "    tape.watch(x)\ny = x * x\ngrad = tape.gradient(y, x)\n"),
+    )
+    result = run("lint", "--output-format", "concise", str(path))
+    assert "error" not in result.output
+    assert f"{path}:cell 2:6:8: TAP101" in result.output  # the next cell is still linted
+    assert cell_to_python("if x:\n    !ls\n") == ["if x:\n", "    pass\n"]
 
 
 def test_continuation_lines_are_python_not_magics():

@@ -2,7 +2,9 @@
 
 IPython syntax that is not Python (`%magic`, `%%cell magic`, `!shell`,
 `name?`) is turned into comments by overwriting its first character with `#`,
-so every other line and column stays where it was. Findings come back with the
+so every other line and column stays where it was. An indented one (the body of
+`if 'google.colab' in sys.modules:`) becomes `pass#...` instead, overwriting its
+first five characters: a comment alone would leave the block empty. Findings come back with the
 notebook's cell number (1-based, counting every cell, markdown included, as the
 notebook shows them) and the line inside that cell.
 """
@@ -53,6 +55,14 @@ def _neutralise(line: str) -> str:
     if stripped >= len(line.rstrip("\r\n")):
         return line
     return line[:stripped] + "#" + line[stripped + 1:]
+
+
+def _placeholder(line: str) -> str:
+    """An indented magic line as a statement that does nothing: `pass#` over its first five
+    characters (the block it is the body of stays a block), the rest a comment."""
+    indent = len(line) - len(line.lstrip())
+    text = line[indent:]
+    return line[:indent] + ("pass#" + text[5:] if len(text) > 5 else "pass")
 
 
 def _is_ipython_line(line: str) -> bool:
@@ -115,7 +125,8 @@ def cell_to_python(text: str) -> list[str]:
     statement = _Continuation()
     for line in lines:
         if whole_cell or continued or (not statement.inside and _is_ipython_line(line)):
-            out.append(_neutralise(line))
+            indented = not whole_cell and not continued and line[:1] in (" ", "\t")
+            out.append(_placeholder(line) if indented else _neutralise(line))
             continued = not whole_cell and line.rstrip().endswith("\\")
         else:
             out.append(line)
