@@ -34,17 +34,39 @@ class Tapes:
                     break
         return sorted(uses, key=lambda use: use.call.site.order)
 
-    def guarded(self, site: Site, outer: int) -> bool:
+    def guarded(self, site: Site, outer: int, *, argument_tests_repeat: bool = False) -> bool:
         """Inside an `if`/`else`/`except`/`case` between block `outer` and the site, or after an early
-        `return` under an `if` of the same function (`if self._built: return`): on some passes only."""
+        `return` under an `if` of the same function (`if self._built: return`): on some passes only.
+
+        With `argument_tests_repeat`, an `if`/`else` whose test reads nothing but parameters of its
+        own function that default to `None` (`if labels is not None:`, `if training:` in a Keras
+        `call(self, x, labels=None, training=None)`) guards nothing: it asks what this call was given,
+        not whether the state exists yet, so the branch runs again on every call given the same kind
+        of arguments (every training pass)."""
         facts = self.facts
         chain = facts.chain(site.block)
         start = chain.index(outer) if outer in chain else 0
-        if any(facts.blocks[b].kind in GUARD_BLOCKS for b in chain[start:]):
+        if any(facts.blocks[b].kind in GUARD_BLOCKS
+               and not (argument_tests_repeat and self._tests_only_optional_arguments(facts.blocks[b]))
+               for b in chain[start:]):
             return True
         return any(exit.site.order < site.order and exit.site.block not in chain
                    and any(facts.blocks[b].kind in GUARD_BLOCKS for b in facts.chain(exit.site.block)[start:])
                    for exit in self._returns_in(facts.scope_of(site)))
+
+    def _tests_only_optional_arguments(self, block) -> bool:
+        """An `if`/`else` block whose test reads only parameters of the enclosing function that
+        default to `None`, and calls nothing."""
+        if block.kind not in ("if", "else") or block.test_span == (0, 0):
+            return False
+        if self.spans.calls_in(block.test_span):
+            return False
+        names = {use.name for use in self.spans.uses_in(block.test_span)} - {"None"}
+        if not names:
+            return False
+        params = {a.target: a for a in self.facts.assigns_in_scope(block.scope) if a.kind == "param"}
+        return all(name in params and params[name].default is not None and params[name].default.text == "None"
+                   for name in names)
 
     def _returns_in(self, scope: int) -> list:
         """The `return`s written in one function scope (indexed once per file)."""

@@ -13,6 +13,9 @@ runs at every forward pass. So is a Keras layer or model that holds state
 layer's `call` or in a method `call` runs, in a training step or another `@tf.function`, or
 in a function given to a `tf.data` dataset's `map` (also through a lambda, or a function it
 calls).
+In a layer's `call`, an `if` that only asks what the call was given (`if labels is not None:`,
+`if training:`, parameters that default to `None`) does not make the construction a first-call
+one: the branch runs again at every call given labels, at every training pass.
 
 The program model also follows the calls: state made by a helper (of this file
 or of another module of the project) that a step function, a step loop or a loss
@@ -113,6 +116,24 @@ WHY = {
 }
 
 VALID = [
+    # made once: the test asks whether the state exists yet; and a test comparing a step
+    # argument (`if step == 0:` may well mean the first call) is left alone too
+    """
+import tensorflow as tf
+class Tagger(tf.keras.Model):
+    def __init__(self, num_tags):
+        super().__init__()
+        self.num_tags = num_tags
+        self.transitions = None
+        self.dense = tf.keras.layers.Dense(num_tags)
+    def call(self, x, labels=None, step=0):
+        scores = self.dense(x)
+        if labels is not None and self.transitions is None:
+            self.transitions = tf.keras.Variable(tf.zeros((self.num_tags, self.num_tags)))
+        if step == 0:
+            self.offset = tf.keras.Variable(0.0)
+        return scores
+""",
     # made once before the loop, reset per epoch, re-created per epoch for the metric
     """
 import tensorflow as tf
@@ -205,6 +226,21 @@ def train(model, ds):
 ]
 
 INVALID = [
+    # made under a test of the call's own optional arguments: again at every call given labels
+    """
+import tensorflow as tf
+class Tagger(tf.keras.Model):
+    def __init__(self, num_tags):
+        super().__init__()
+        self.num_tags = num_tags
+        self.dense = tf.keras.layers.Dense(num_tags)
+    def call(self, x, labels=None, training=None):
+        scores = self.dense(x)
+        if labels is not None:
+            self.transitions = tf.Variable(tf.zeros((self.num_tags, self.num_tags)))  # expect: TAP107, TAP402
+            return scores, tf.gather(self.transitions, labels)
+        return scores
+""",
     # a variable made in a layer's call: every forward pass (under fit: ValueError)
     """
 import tensorflow as tf
@@ -359,7 +395,7 @@ def check(facts):
         elif kind in ("variable", "layer"):
             fn = model.functions.get(scope)
             if fn is not None and fn.name == "call" and fn.owner is not None and model.is_keras(fn.owner, "layers") \
-                    and not model.guarded(call.site, scope):
+                    and not model.guarded(call.site, scope, argument_tests_repeat=True):
                 reported.add(call.site)
                 if kind == "variable":
                     yield report(facts, call.site, CODE, f"`{call.func.text}` is created in `{fn.qualname}`, {IN_CALL}",
