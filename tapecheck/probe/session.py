@@ -75,6 +75,7 @@ class Probe:
             from tapecheck.probe.traced import TracedConditionHooks
             from tapecheck.probe.state import StateHooks, UpdateCount
             from tapecheck.probe.training import TrainingFlagHooks
+            from tapecheck.probe.building import BuildHooks
 
             from tapecheck.probe.loud import Notes
             from tapecheck.probe.nolearning import NoLearning
@@ -91,7 +92,8 @@ class Probe:
             self._tapes = tapes
             metrics = MetricHooks(self.collector)
             self._hooks = [tapes, metrics, optimizers, state, TrainingFlagHooks(self.collector, tapes),
-                           CompiledLossHooks(self.collector, metrics, tapes), TracedConditionHooks(self.collector, metrics)]
+                           CompiledLossHooks(self.collector, metrics, tapes), TracedConditionHooks(self.collector, metrics),
+                           BuildHooks(self.collector, tapes)]
             self._patcher = Patcher()
             for hooks in self._hooks:
                 hooks.install(self._patcher)
