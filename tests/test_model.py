@@ -422,6 +422,55 @@ def test_a_name_bound_in_both_branches_of_an_if_else_reaches_the_site_from_each(
     assert m.assigns_on_every_path("tried", site_of("tried")) == []  # a try may not bind it
 
 
+
+def test_the_one_reaching_answer_serves_every_query_after_an_if_else():
+    source = """
+    import tensorflow as tf
+    def step(model, x, y, use_l2, fast):
+        if use_l2:
+            loss = model.loss_a(x, y)
+        else:
+            loss = model.loss_b(x, y)
+        report(loss)
+        total = 1
+        if fast:
+            total = 2
+        else:
+            report(total)
+        report(total)
+    """
+    m = model(source)
+    facts = m.facts
+
+    def site_of(name, nth=0):
+        return [use.site for use in facts.uses if use.name == name][nth]
+
+    loss_at = site_of("loss")
+    assert [a.site.line for a in m.assigns_here("loss", loss_at)] == [5, 7]  # each branch reaches it
+    assert [a.site.line for a in m.assigns_reaching("loss", loss_at)] == [5, 7]
+    assert m.assign_here("loss", loss_at) is None  # two may hold: not one
+    # in the `else:` the `total = 2` of the `if` never reaches; after both, either may hold
+    assert [a.site.line for a in m.assigns_here("total", site_of("total", 0))] == [9]
+    assert m.assign_here("total", site_of("total", 0)).site.line == 9
+    assert [a.site.line for a in m.assigns_here("total", site_of("total", 1))] == [9, 11]
+    assert m.exclusive(facts.assigns[[a.site.line for a in facts.assigns].index(11)].site, site_of("total", 0))
+    assert not m.exclusive(loss_at, site_of("total", 1))
+
+
+def test_a_test_expecting_the_error_covers_its_with_suite_and_header_only():
+    source = """
+    import pytest
+    def test_twice(tape, loss, w):
+        tape.gradient(loss, w)
+        with pytest.raises(RuntimeError):
+            tape.gradient(loss, w)
+            tape.gradient(loss, w)
+        tape.gradient(loss, w)
+    """
+    m = model(source)
+    assert [line for line in range(1, 10) if m.expects_error(line)] == [5, 6, 7]
+    assert not model("def f(tape):\n    with tape:\n        pass\n").expects_error(3)
+
 def test_which_keras_layers_hold_state_once_made():
     """`layer_state`, measured on Keras 3.15: weights at the first call (Dense, BatchNormalization),
     a SeedGenerator variable at construction (Dropout, RandomFlip), none (Flatten, Rescaling,

@@ -1,6 +1,7 @@
 """Bindings and scopes: what a name or a `self.` attribute refers to at a site.
 
-Reaching definitions come from `FileFacts.reaching_assigns`; a name not bound in its
+Reaching definitions are answered once, by `assigns_on_every_path` (the facts' dominating
+binding, or the branches of an `if`/`else` that binds on every path); a name not bound in its
 function is looked up in the enclosing functions and then the module (closures and
 globals), and a `self.x` in every method of its class. Answers are a `Function`, a
 `Klass`, an `Instance`, a `ModuleRef`, an assignment, or unknown (None): a parameter, an
@@ -46,7 +47,7 @@ class Bindings:
                 return owner.model.module_binding(attribute, depth + 1)
             return None
         scope = facts.scope_of(site)
-        reaching = facts.reaching_assigns(name, site)
+        reaching = self.assigns_on_every_path(name, site)
         if reaching:
             return self._one(reaching, depth)
         if (scope, name) in self._assigns_by_scope_name:
@@ -71,7 +72,7 @@ class Bindings:
         """The bindings of `name` that may hold at `site`: reaching ones in its scope, else every
         binding in the nearest enclosing scope that has one (a closure or a global is read later)."""
         facts = self.facts
-        reaching = facts.reaching_assigns(name, site)
+        reaching = self.assigns_on_every_path(name, site)
         if reaching:
             return reaching
         scope = facts.scope_of(site)
@@ -86,14 +87,34 @@ class Bindings:
         return []
 
     def assigns_on_every_path(self, name: str, site: Site) -> list:
-        """The bindings of `name` that may hold at `site`, also when none dominates it because an
-        `if`/`else` before the site binds it in each branch (`if mixed: grads = ... else: grads =
-        ...`): the last binding of each branch, plus later ones inside it. Empty when some path
-        to the site may not bind the name (a branch without a binding, a `try`, a loop)."""
+        """The bindings of `name` in the scope of `site` that reach it: the one reaching-definitions
+        answer for the rules. Where a binding dominates the site, it and the later conditional ones
+        before the site, less those in the other branch of an `if`/`else` the site is in (`if c:
+        loss = a` never reaches the `else:` suite). Where none dominates, an `if`/`else` before the
+        site that binds the name in each branch (`if mixed: grads = ... else: grads = ...`): the
+        last binding of each branch, plus later ones inside it. Empty when some path to the site
+        may not bind the name (a branch without a binding, a `try`, a loop) or none is seen.
+        Worked out once per name and site."""
+        key = (name, site.order, site.block)
+        cache = self._reaching_memo()
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = self._reaching(name, site)
+        return list(found)
+
+    def _reaching_memo(self) -> dict:
+        memo = self.memo.get("reaching")
+        if memo is None:
+            memo = self.memo["reaching"] = {}
+        return memo
+
+    def _reaching(self, name: str, site: Site) -> list:
         facts = self.facts
         reaching = facts.reaching_assigns(name, site)
         if reaching:
-            return reaching
+            if len(reaching) == 1:
+                return reaching
+            return [reaching[0]] + [a for a in reaching[1:] if not self.exclusive(a.site, site)]
         scope = facts.scope_of(site)
         earlier = [a for a in self._assigns_by_scope_name.get((scope, name), ())
                    if a.site.order < site.order and not a.site.in_comprehension]
@@ -109,6 +130,21 @@ class Bindings:
         # conditional bindings after the `if`/`else`, before the site, may hold too
         found.extend(a for a in earlier if a.site.line > pair[1].end_line)
         return found
+
+    def exclusive(self, one: Site, other: Site) -> bool:
+        """Whether two sites sit in the two branches of one `if`/`else` (`elif` too): neither runs
+        after the other in one run of the code around them."""
+        facts = self.facts
+        chain_one, chain_other = facts.chain(one.block), facts.chain(other.block)
+        for first, second in ((chain_one, chain_other), (chain_other, chain_one)):
+            for block_id in first:
+                block = facts.blocks[block_id]
+                if block.kind != "if" or block_id in second:
+                    continue
+                branch = self._else_of(block)
+                if branch is not None and branch.id in second:
+                    return True
+        return False
 
     def _covering_if_else(self, name, earlier, site_chain, site):
         """The last `if`/`else` pair, in a suite the site always runs after, whose two branches
@@ -131,15 +167,27 @@ class Bindings:
                 break
         return best
 
+    def _if_else_index(self) -> tuple[dict, dict]:
+        """Built once per file: each `if` block's `else` suite (same parent, same test), and the
+        `if` blocks directly inside each block, in source order."""
+        index = self.memo.get("if/else")
+        if index is None:
+            elses, ifs_in, pending = {}, {}, {}
+            for block in self.facts.blocks:
+                if block.kind == "if":
+                    ifs_in.setdefault(block.parent, []).append(block)
+                    if block.test_span != (0, 0):
+                        pending.setdefault((block.parent, block.test_span), block.id)
+                elif block.kind == "else" and block.test_span != (0, 0):
+                    owner = pending.get((block.parent, block.test_span))
+                    if owner is not None:
+                        elses.setdefault(owner, block)
+            index = self.memo["if/else"] = (elses, ifs_in)
+        return index
+
     def _else_of(self, block: Block):
-        """The `else` suite of an `if` block: same parent, same test."""
-        facts = self.facts
-        if block.test_span == (0, 0):
-            return None
-        for other in facts.blocks:
-            if other.kind == "else" and other.parent == block.parent and other.test_span == block.test_span:
-                return other
-        return None
+        """The `else` suite of an `if` block: same parent, same test (from the index)."""
+        return self._if_else_index()[0].get(block.id)
 
     def _binds_on_every_path(self, branch: Block, earlier) -> bool:
         """Whether every run of `branch` binds the name: a binding in its own suite (or a `with`
@@ -152,11 +200,10 @@ class Bindings:
             inner = chain[chain.index(branch.id) + 1:]
             if all(facts.blocks[b].kind == "with" for b in inner):
                 return True
-        for block in facts.blocks:
-            if block.kind == "if" and block.parent == branch.id:
-                other = self._else_of(block)
-                if other is not None and self._binds_on_every_path(block, earlier) and self._binds_on_every_path(other, earlier):
-                    return True
+        for block in self._if_else_index()[1].get(branch.id, ()):
+            other = self._else_of(block)
+            if other is not None and self._binds_on_every_path(block, earlier) and self._binds_on_every_path(other, earlier):
+                return True
         return False
 
     def _branch_bindings(self, branch: Block, earlier) -> list:
@@ -168,12 +215,11 @@ class Bindings:
             chain = facts.chain(inside[index].site.block)
             if all(facts.blocks[b].kind == "with" for b in chain[chain.index(branch.id) + 1:]):
                 return inside[index:]
-        for block in reversed(facts.blocks):
-            if block.kind == "if" and block.parent == branch.id:
-                other = self._else_of(block)
-                if other is not None and self._binds_on_every_path(block, earlier) and self._binds_on_every_path(other, earlier):
-                    later = [a for a in inside if a.site.line > other.end_line]
-                    return self._branch_bindings(block, earlier) + self._branch_bindings(other, earlier) + later
+        for block in reversed(self._if_else_index()[1].get(branch.id, ())):
+            other = self._else_of(block)
+            if other is not None and self._binds_on_every_path(block, earlier) and self._binds_on_every_path(other, earlier):
+                later = [a for a in inside if a.site.line > other.end_line]
+                return self._branch_bindings(block, earlier) + self._branch_bindings(other, earlier) + later
         return inside
 
     def _uses_named(self, head: str) -> list:
@@ -369,13 +415,13 @@ class Bindings:
     def assigns_here(self, name: str, site: Site) -> list:
         """The bindings of `name` in the scope of `site` that may hold there (a parameter is one);
         [] when none reaches the site from its own scope. Closures and globals are not looked at
-        (`assigns_reaching` does)."""
-        return self.facts.reaching_assigns(name, site)
+        (`assigns_reaching` does). The same answer as `assigns_on_every_path`."""
+        return self.assigns_on_every_path(name, site)
 
     def assign_here(self, name: str, site: Site):
         """The one binding of `name` in the scope of `site` that holds there, or None (none, or
         several may hold)."""
-        found = self.facts.reaching_assigns(name, site)
+        found = self.assigns_on_every_path(name, site)
         return found[0] if len(found) == 1 else None
 
     def assigns_named(self, name: str) -> list:

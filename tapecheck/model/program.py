@@ -112,20 +112,26 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
             return True  # in a lambda
         return not all(c.fors and c.fors[0][1][0] < order <= c.fors[0][1][1] for c in around)
 
-    def expects_error(self, site) -> bool:
-        """Whether `site` is inside `with self.assertRaises(...)`, `assertRaisesRegex`, or
-        `pytest.raises(...)`: a test that makes the call fail on purpose."""
+    def expects_error(self, line: int) -> bool:
+        """Whether `line` (a finding's) lies inside `with self.assertRaises(...)`,
+        `assertRaisesRegex`, or `pytest.raises(...)` (its suite or its header): a test that makes
+        the code there fail on purpose."""
         facts = self.facts
-        withs = [b for b in facts.chain(site.block) if facts.blocks[b].kind == "with"]
-        if not withs:
-            return False
-        index = self.memo.get("error-expecting withs")
-        if index is None:
-            index = self.memo["error-expecting withs"] = {
+        return any(facts.blocks[b].line <= line <= facts.blocks[b].end_line for b in self._error_expecting_withs())
+
+    def _error_expecting_withs(self) -> frozenset:
+        """The `with` blocks whose statement calls `assertRaises`/`assertRaisesRegex(p)`/`raises`
+        (worked out once per file)."""
+        found = self.memo.get("error-expecting withs")
+        if found is None:
+            facts = self.facts
+            headers = {
                 (call.site.block, call.site.line) for call in self.spans.calls
                 if call.func.text.rpartition(".")[2] in ("assertRaises", "assertRaisesRegex", "assertRaisesRegexp", "raises")
             }
-        return any((facts.blocks[b].parent, facts.blocks[b].line) in index for b in withs)
+            found = self.memo["error-expecting withs"] = frozenset(
+                b.id for b in facts.blocks if b.kind == "with" and headers and (b.parent, b.line) in headers)
+        return found
 
     def compares_in(self, span: tuple[int, int]) -> list:
         """The comparisons whose events lie in an order span."""

@@ -12,6 +12,19 @@ def report(facts, site, code: str, message: str, hint: str = "", details: dict |
     return Finding(facts.path, site.line, site.col, code, message, hint, details=dict(details or {}))
 
 
+def unless_error_expected(facts, findings):
+    """The findings of a rule whose mistake raises an exception, less those inside a test that
+    makes it raise on purpose (`with pytest.raises(RuntimeError):`, `self.assertRaises(...)`,
+    `assertRaisesRegex`): that code is meant to fail. The file's model is asked only once a
+    finding comes."""
+    model = None
+    for finding in findings:
+        if model is None:
+            model = model_of(facts)
+        if not model.expects_error(finding.line):
+            yield finding
+
+
 def flatten(expr):
     """The expressions of a list/tuple literal, or the expression itself."""
     if expr is None:

@@ -249,7 +249,7 @@ def _forward_pass_outside(facts):
         if not tape.with_blocks or not tape.name or target is None or target.kind != "name":
             continue
         if not facts.records(tape, call.site) and not any(
-            facts.records(tape, a.site) for a in facts.reaching_assigns(target.text, call.site)
+            facts.records(tape, a.site) for a in model.assigns_on_every_path(target.text, call.site)
         ):
             continue  # the target itself is outside: `_target_outside` says so
         _, owners = model.gradient_roots(call, tape)
@@ -303,7 +303,7 @@ def _forward_pass_outside(facts):
         for origin in sorted(flow.live):
             kind, _, name = origin.partition(":")
             if kind == "before":
-                made = facts.reaching_assigns(name, tape.site)
+                made = model.assigns_on_every_path(name, tape.site)
                 if not made:
                     continue
                 penalties = any(use.name in keras_losses and facts.records(tape, use.site) for use in facts.uses)
@@ -337,7 +337,7 @@ def _term_made_before(model, tape, call, target, state, origin_of):
     subtracted) that depends on the model only through a value computed before the tape: (that
     value's name, its binding before the tape, the sum's assignment), or None."""
     facts = model.facts
-    inside = [a for a in facts.reaching_assigns(target, call.site) if facts.records(tape, a.site)]
+    inside = [a for a in model.assigns_on_every_path(target, call.site) if facts.records(tape, a.site)]
     if len(inside) != 1 or inside[0].kind != "assign" or inside[0].value is None or inside[0].value.kind != "binop":
         return None
     total = inside[0]
@@ -355,7 +355,7 @@ def _term_made_before(model, tape, call, target, state, origin_of):
                 origin != own for origin in flow.live if not origin.startswith("before:")):
             continue
         name = before[0].partition(":")[2]
-        made = facts.reaching_assigns(name, tape.site)
+        made = model.assigns_on_every_path(name, tape.site)
         if len(made) == 1 and made[0].kind == "assign":
             return name, made[0], total
     return None
@@ -392,22 +392,6 @@ def _caller_passing_the_model(model, fn, param, owners, scope):
     return None
 
 
-def _exclusive(facts, one, other) -> bool:
-    """Whether two sites sit in the two branches of one `if`/`else`: neither runs after the other."""
-    first, second = sorted((one, other), key=lambda site: site.order)
-    chain_first, chain_second = facts.chain(first.block), facts.chain(second.block)
-    for block_id in chain_first:
-        block = facts.blocks[block_id]
-        if block.kind != "if":
-            continue
-        siblings = [b for b in facts.blocks[block_id + 1:] if b.parent == block.parent]
-        branch = siblings[0] if siblings else None
-        if branch is not None and branch.kind == "else" and branch.line >= block.end_line \
-                and branch.id in chain_second and block_id not in chain_second:
-            return True
-    return False
-
-
 def _computed_by_comprehension(model, assign) -> bool:
     """`scaled = {k: opt.get_scaled_loss(v) for k, v in losses.items()}`: a comprehension whose
     elements are computed by a call (not only picked from a container)."""
@@ -427,12 +411,11 @@ def _target_outside(facts):
         for element in flatten(target):
             if element.kind == "name" or (element.kind == "subscript" and element.text and "." not in element.text):
                 # `loss`, or `losses["total"]` of a dict rebuilt after the tape
-                reaching = facts.reaching_assigns(element.text, call.site)
+                reaching = model.assigns_on_every_path(element.text, call.site)
                 outside = [
                     a for a in reaching
                     if not facts.records(tape, a.site) and a.kind in ("assign", "augassign")
                     and (_computes(a.value) or _computed_by_comprehension(model, a))
-                    and not _exclusive(facts, a.site, call.site)
                 ]
                 # a value changed after the tape started is never recorded, even if only on one branch;
                 # one made before the tape matters only when no binding inside it may hold

@@ -56,7 +56,7 @@ raises, and computes the same gradients.
 '''
 
 from tapecheck.model import model_of
-from tapecheck.rules._common import report
+from tapecheck.rules._common import report, unless_error_expected
 
 CODE = "TAP201"
 NAME = "tape-reused"
@@ -155,6 +155,18 @@ def two(model, x):
     gb = tape.gradient(b, model.trainable_variables)
     return ga, gb
 """,
+    # a test that asks a non-persistent tape twice on purpose, expecting the RuntimeError
+    """
+import pytest
+import tensorflow as tf
+def test_second_gradient_raises():
+    w = tf.Variable(2.0)
+    with tf.GradientTape() as tape:
+        loss = w * w
+    tape.gradient(loss, w)
+    with pytest.raises(RuntimeError, match="non-persistent"):
+        tape.gradient(loss, w)
+""",
 ]
 
 INVALID = [
@@ -232,6 +244,11 @@ def _asked(use) -> str:
 
 
 def check(facts):
+    # its mistake raises: a test that triggers it on purpose is not one
+    return unless_error_expected(facts, _check(facts))
+
+
+def _check(facts):
     model = model_of(facts)
     for tape in facts.tapes:
         if tape.persistent is not False or not tape.name:

@@ -88,7 +88,7 @@ import dataclasses
 import re
 
 from tapecheck.model import model_of
-from tapecheck.rules._common import flatten, is_keras_class, keras_member, metric_bindings, report
+from tapecheck.rules._common import flatten, is_keras_class, keras_member, metric_bindings, report, unless_error_expected
 
 CODE = "TAP302"
 NAME = "removed-keras-api"
@@ -491,15 +491,8 @@ def _optimizer_v2_hooks(facts, model):
 
 
 def check(facts):
-    model = model_of(facts)
-    sites = None  # (line, col) -> the call's or name's site, made for the first finding only
-    for finding in _check(facts, model):
-        if sites is None:
-            sites = {(u.site.line, u.site.col): u.site for u in facts.uses}
-            sites.update({(c.site.line, c.site.col): c.site for c in facts.calls})
-        site = sites.get((finding.line, finding.col))
-        if site is None or not model.expects_error(site):
-            yield finding  # a test asserting the error Keras 3 raises is not one
+    # a test asserting the error Keras 3 raises is not one
+    return unless_error_expected(facts, _check(facts, model_of(facts)))
 
 
 def _check(facts, model):

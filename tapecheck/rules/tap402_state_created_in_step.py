@@ -81,7 +81,7 @@ import os
 import re
 
 from tapecheck.model import GRADIENT_METHODS, TF_FUNCTIONS, dataset_map, mapped_functions, method_of, model_of
-from tapecheck.rules._common import compiles_a_loss, defines_call, report
+from tapecheck.rules._common import compiles_a_loss, defines_call, report, unless_error_expected
 
 CODE = "TAP402"
 NAME = "state-created-in-step"
@@ -222,6 +222,21 @@ def train(model, ds):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(model(x, training=True) - y)
         opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+""",
+    # a test asserting that a variable made in a layer's `call` fails under `fit`
+    """
+import tensorflow as tf
+from tensorflow import keras
+class LayerTest(tf.test.TestCase):
+    def test_variable_made_in_call_fails_under_fit(self):
+        with self.assertRaisesRegex(ValueError, "singleton"):
+            class Scale(keras.layers.Layer):
+                def call(self, x):
+                    scale = tf.Variable(1.0)
+                    return x * scale
+            model = keras.Sequential([keras.Input((2,)), Scale()])
+            model.compile(optimizer="sgd", loss="mse")
+            model.fit(tf.ones((4, 2)), tf.ones((4, 2)), verbose=0)
 """,
 ]
 
@@ -371,6 +386,11 @@ def _step_loops(facts, work, steps) -> dict[int, int]:
 
 
 def check(facts):
+    # its mistake raises: a test that triggers it on purpose is not one
+    return unless_error_expected(facts, _check(facts))
+
+
+def _check(facts):
     model = model_of(facts)
     makers = [(call, model.state_kind(call)) for call in facts.calls]
     makers = [(call, kind) for call, kind in makers if kind and not call.site.in_comprehension]

@@ -65,7 +65,7 @@ file targets Keras 2 (`keras-version = "2"`), `name=` and
 from __future__ import annotations
 
 from tapecheck.model import GRADIENT_METHODS, is_keras_class, model_of
-from tapecheck.rules._common import report
+from tapecheck.rules._common import report, unless_error_expected
 
 CODE = "TAP405"
 NAME = "apply-gradients-arguments"
@@ -120,6 +120,19 @@ class Clipped(keras.optimizers.Adam):
     def apply_gradients(self, grads_and_vars):
         pairs = [(keras.ops.clip(g, -1.0, 1.0), v) for g, v in grads_and_vars]
         return super().apply_gradients(pairs)
+""",
+    # a test asserting that Keras 3 rejects the TF1-style step counter
+    """
+import pytest
+import tensorflow as tf
+def test_global_step_is_rejected():
+    w = tf.Variable(1.0)
+    opt = tf.keras.optimizers.SGD(0.1)
+    with tf.GradientTape() as tape:
+        loss = w * w
+    grads = tape.gradient(loss, [w])
+    with pytest.raises(TypeError):
+        opt.apply_gradients(zip(grads, [w]), global_step=tf.Variable(0))
 """,
 ]
 
@@ -242,6 +255,11 @@ def _only_keras2(call) -> bool:
 
 
 def check(facts):
+    # its mistake raises: a test that triggers it on purpose is not one
+    return unless_error_expected(facts, _check(facts))
+
+
+def _check(facts):
     model = model_of(facts)
     for call in facts.calls:
         forwarded = call.func.kind == "super" and call.func.method == "apply_gradients"

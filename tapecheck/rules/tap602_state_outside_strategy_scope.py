@@ -78,7 +78,7 @@ from tapecheck.model import (
     strategy_steps,
     variable_owner,
 )
-from tapecheck.rules._common import report
+from tapecheck.rules._common import report, unless_error_expected
 
 CODE = "TAP602"
 NAME = "state-outside-strategy-scope"
@@ -148,6 +148,27 @@ def train_step(x, y):
 def distributed_step(x, y):
     strategy.run(train_step, args=(x, y))
 """,
+    # a test asserting that a model built outside the strategy's scope fails its step
+    """
+import tensorflow as tf
+from tensorflow import keras
+class ScopeTest(tf.test.TestCase):
+    def test_model_outside_scope_fails(self):
+        strategy = tf.distribute.MirroredStrategy()
+        with self.assertRaises(ValueError):
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+            with strategy.scope():
+                optimizer = keras.optimizers.Adam()
+            @tf.function
+            def step(x, y):
+                def replica(x, y):
+                    with tf.GradientTape() as tape:
+                        loss = tf.nn.compute_average_loss(tf.square(y - model(x, training=True))[:, 0])
+                    grads = tape.gradient(loss, model.trainable_variables)
+                    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                strategy.run(replica, args=(x, y))
+            step(tf.ones((4, 4)), tf.ones((4, 1)))
+""",
 ]
 
 INVALID = [
@@ -202,6 +223,11 @@ def _outside(facts, assign, scopes) -> bool:
 
 
 def check(facts):
+    # its mistake raises: a test that triggers it on purpose is not one
+    return unless_error_expected(facts, _check(facts))
+
+
+def _check(facts):
     if not makes_strategy(facts):
         return
     if any(callee_of(facts, c) in SETS_STRATEGY for c in facts.calls):
