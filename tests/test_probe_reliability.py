@@ -15,6 +15,7 @@ import gc
 import json
 import operator
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -222,6 +223,18 @@ def unraisable_into(lost: list):
     finally:
         gc.callbacks[:] = saved_callbacks
         sys.unraisablehook = saved_hook
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt in the test, as in a plain `python` run: a pytest-xdist
+    worker ignores SIGINT (its controller handles it), and `_thread.interrupt_main` then does
+    nothing at all."""
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)
 
 
 def interrupt_then(*actions):
