@@ -95,7 +95,9 @@ def lint_python(
 
 
 def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule]) -> list[Finding]:
-    facts = facts_of(source, path)
+    fixable = {rule.code for rule in rules if rule.fixable}
+    kept: list | None = [] if fixable else None  # the tree and its positions, for the fixers
+    facts = facts_of(source, path, kept)
     findings: set[Finding] = set()
     try:
         for rule in rules:
@@ -114,13 +116,18 @@ def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule]) -> list[Findin
             facts.model.close()
             facts.model = None
     found = one_cause_one_finding(sorted(findings), {rule.code for rule in rules})
-    fixable = {rule.code for rule in rules if rule.fixable}
     if any(finding.code in fixable for finding in found):
         # Fixes are worked out here, in the linting pass (and its worker process), so they
         # are cached with the findings: a warm run never parses the file again to show them.
         from tapecheck.lint.fixes import attach_fixes
 
-        found = attach_fixes(source, path, found)
+        # The lint's own tree, positions and facts when the file was parsed whole: the same
+        # tree, ranges and facts a second parse of the text would give (tests/test_fixes.py).
+        parsed = (*kept[0], facts) if kept else None
+        found = attach_fixes(source, path, found, parsed)
+        if facts.model is not None:  # a fixer asked the model again
+            facts.model.close()
+            facts.model = None
     return found
 
 

@@ -97,6 +97,8 @@ class FactsBuilder(FastVisitor):
         self._comprehension = 0
         self._comprehensions: list[tuple[int, list]] = []  # open comprehensions: start order, fors
         self._line_offset = 0  # lines of the file before the tree being walked (see walk_parts)
+        self.kept = None  # (module, positions) of a file walked whole, when the caller keeps them
+        self._keep = False
 
     # -- helpers ------------------------------------------------------------
     def _pos(self, node: cst.CSTNode):
@@ -259,6 +261,8 @@ class FactsBuilder(FastVisitor):
             for statement in statements:
                 self._walk(statement)
             module_block.end_line = self._pos(module).end.line + self._line_offset
+            if self._keep:
+                self.kept = (module, self.positions)
             # Let this tree go before the next is parsed: two alive at once would double the peak.
             module = klass = statements = statement = self.positions = None
         self._line_offset = 0
@@ -673,9 +677,15 @@ def _terms(node):
     return [node]
 
 
-def extract(parts, path: str) -> FileFacts:
+def extract(parts, path: str, keep: list | None = None) -> FileFacts:
     """The facts of one file: from its module, or from the trees of consecutive runs of its
-    statements, in order (`tapecheck.lint.parts`)."""
+    statements, in order (`tapecheck.lint.parts`). `keep`: a list that gets the module and its
+    `Positions` appended, when the file is one module (the fixers reuse them)."""
     if isinstance(parts, cst.Module):
         parts = ((0, parts, False),)
-    return FactsBuilder(path).walk_parts(parts)
+    builder = FactsBuilder(path)
+    builder._keep = keep is not None
+    facts = builder.walk_parts(parts)
+    if keep is not None and builder.kept is not None:
+        keep.append(builder.kept)
+    return facts

@@ -118,7 +118,7 @@ def _children(node) -> list:
 class _Tree:
     """A parsed file with positions, parents and the facts, for the fixers."""
 
-    def __init__(self, text: str, path: str):
+    def __init__(self, text: str, path: str, parsed=None):
         import libcst as cst
 
         from tapecheck.lint.extract import extract
@@ -130,8 +130,11 @@ class _Tree:
         self.lines = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)]) if a < b]
         # The lint's own parse and positions (libcst's tree and libcst's ranges, tests/test_positions.py),
         # not libcst's validating parse and PositionProvider: those took most of a fixable file's lint.
-        self.module = parse_module(text)
-        self.positions = Positions(self.module)
+        if parsed is None:
+            self.module = parse_module(text)
+            self.positions = Positions(self.module)
+        else:  # the lint's own (module, positions, facts) of this text
+            self.module, self.positions, facts = parsed
         self.parents: dict = {}
         self._by_start: dict[tuple[int, int], list] = {}
         # Every node, children before their parent (PositionProvider's order: of the nodes that
@@ -149,7 +152,7 @@ class _Tree:
             for child in children:
                 self.parents[child] = node
             pending.extend((child, False) for child in reversed(children))
-        self.facts = extract(self.module, path)
+        self.facts = extract(self.module, path) if parsed is None else facts
 
     def start(self, node) -> tuple[int, int]:
         position = self.positions[node].start
@@ -403,12 +406,13 @@ FIXERS: dict[str, Callable[[_Tree, Finding], Fix | None]] = {
 }
 
 
-def attach_fixes(source: bytes, path: str, findings: Sequence[Finding]) -> list[Finding]:
-    """The findings, each with its fix when one applies (notebooks: none)."""
+def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=None) -> list[Finding]:
+    """The findings, each with its fix when one applies (notebooks: none). `parsed`: the lint's
+    own `(module, positions, facts)` of `source`, parsed whole, to reuse instead of parsing again."""
     if path.endswith(".ipynb") or not any(f.code in FIXERS for f in findings):
         return list(findings)
     try:
-        tree = _Tree(SourceText.from_bytes(source).text, path)
+        tree = _Tree(SourceText.from_bytes(source).text, path, parsed)
     except Exception:  # noqa: BLE001 - a fix is optional: a file we cannot re-read gets none
         return list(findings)
     out = []
