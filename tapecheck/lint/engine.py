@@ -94,8 +94,14 @@ def lint_python(
         return _lint_parsed(source, path, rules)
 
 
+@functools.lru_cache(maxsize=8)
+def _codes(rules: tuple[Rule, ...]) -> tuple[frozenset, frozenset]:
+    """(the codes of the rules, those of the fixable ones): worked out once per selection, not per file."""
+    return frozenset(rule.code for rule in rules), frozenset(rule.code for rule in rules if rule.fixable)
+
+
 def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule]) -> list[Finding]:
-    fixable = {rule.code for rule in rules if rule.fixable}
+    selected, fixable = _codes(tuple(rules))
     kept: list | None = [] if fixable else None  # the tree and its positions, for the fixers
     facts = facts_of(source, path, kept)
     findings: set[Finding] = set()
@@ -115,7 +121,7 @@ def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule]) -> list[Findin
         if facts.model is not None:  # without its cycles, the model and the facts go with the file
             facts.model.close()
             facts.model = None
-    found = one_cause_one_finding(sorted(findings), {rule.code for rule in rules})
+    found = one_cause_one_finding(sorted(findings), selected)
     if any(finding.code in fixable for finding in found):
         # Fixes are worked out here, in the linting pass (and its worker process), so they
         # are cached with the findings: a warm run never parses the file again to show them.

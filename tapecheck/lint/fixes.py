@@ -97,20 +97,21 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 
 def _children(node) -> list:
     """`node.children` (the nodes libcst's visit walks, in its order), without libcst's visit."""
-    from libcst import CSTNode
-
-    from tapecheck.lint.fastcst import child_fields
+    from tapecheck.lint.fastcst import _is_node, _learn, child_fields
 
     kind = node.__class__
     fields = _FIELDS.get(kind)
     if fields is None:
         fields = _FIELDS[kind] = tuple(dict.fromkeys(child_fields(kind)))  # ImportFrom names `names` twice
     out = []
+    # `_is_node` (a class -> is-a-CSTNode table), not isinstance on libcst's ABC: no Python frame per child
     for field in fields:
         child = getattr(node, field)
         if child.__class__ is tuple or child.__class__ is list:
-            out.extend(item for item in child if isinstance(item, CSTNode))
-        elif isinstance(child, CSTNode):
+            for item in child:
+                if _is_node.get(item.__class__) or (item.__class__ not in _is_node and _learn(item.__class__)):
+                    out.append(item)
+        elif _is_node.get(child.__class__) or (child.__class__ not in _is_node and _learn(child.__class__)):
             out.append(child)
     return out
 
@@ -122,7 +123,7 @@ class _Tree:
         import libcst as cst
 
         from tapecheck.lint.extract import extract
-        from tapecheck.lint.fastcst import UNMARKED, Positions, parse_module
+        from tapecheck.lint.fastcst import Positions, parse_module
 
         self.cst = cst
         self.text = text
@@ -135,8 +136,15 @@ class _Tree:
             self.positions = Positions(self.module)
         else:  # the lint's own (module, positions, facts) of this text
             self.module, self.positions, facts = parsed
-        self.parents: dict = {}
-        self._by_start: dict[tuple[int, int], list] = {}
+        self._parents: dict | None = None  # built on first use (`_index`): a fixer that gives up early never walks the tree
+        self._starts: dict[tuple[int, int], list] | None = None
+        self.facts = extract(self.module, path) if parsed is None else facts
+
+    def _index(self) -> None:
+        from tapecheck.lint.fastcst import UNMARKED
+
+        parents: dict = {}
+        by_start: dict[tuple[int, int], list] = {}
         # Every node, children before their parent (PositionProvider's order: of the nodes that
         # start at one place, the innermost first), indexed by start unless no position is asked of its type.
         pending = [(self.module, False)]
@@ -145,14 +153,26 @@ class _Tree:
             if done:
                 if node.__class__ not in UNMARKED:
                     where = self.positions.start(node)
-                    self._by_start.setdefault((where.line, where.column + 1), []).append(node)
+                    by_start.setdefault((where.line, where.column + 1), []).append(node)
                 continue
             pending.append((node, True))
             children = _children(node)
             for child in children:
-                self.parents[child] = node
+                parents[child] = node
             pending.extend((child, False) for child in reversed(children))
-        self.facts = extract(self.module, path) if parsed is None else facts
+        self._parents, self._starts = parents, by_start
+
+    @property
+    def parents(self) -> dict:
+        if self._parents is None:
+            self._index()
+        return self._parents
+
+    @property
+    def _by_start(self) -> dict[tuple[int, int], list]:
+        if self._starts is None:
+            self._index()
+        return self._starts
 
     def start(self, node) -> tuple[int, int]:
         position = self.positions[node].start
