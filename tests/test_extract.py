@@ -41,3 +41,27 @@ def test_the_fast_walk_visits_each_child_field_once():
 
     fields = child_fields(cst.ImportFrom)
     assert fields.count("names") == 1 and "module" in fields
+
+
+def test_node_types_compared_by_class_have_no_subclasses():
+    """extract.py asks `node.__class__ is cst.Name` (not isinstance, slow on libcst's ABCs) for
+    these types: the same answer only while no subclass or registered class exists."""
+    import abc
+    import ast
+    import inspect
+
+    import libcst as cst
+
+    from tapecheck.lint import extract
+
+    named = set()
+    for node in ast.walk(ast.parse(inspect.getsource(extract))):
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            right = node.comparators[0]
+            if isinstance(right, ast.Attribute) and isinstance(right.value, ast.Name) and right.value.id == "cst":
+                named.add(right.attr)
+    assert {"Name", "Attribute", "Call", "List", "Tuple", "Subscript"} <= named
+    for name in named:
+        kind = getattr(cst, name)
+        assert kind.__subclasses__() == [], name
+        assert abc._get_dump(kind)[0] == set(), name  # no class registered as a virtual subclass

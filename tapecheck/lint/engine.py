@@ -94,8 +94,16 @@ def lint_python(
         return _lint_parsed(source, path, rules)
 
 
+@functools.lru_cache(maxsize=8)
+def _codes(rules: tuple[Rule, ...]) -> tuple[frozenset, frozenset]:
+    """(the codes of the rules, those of the fixable ones): worked out once per selection, not per file."""
+    return frozenset(rule.code for rule in rules), frozenset(rule.code for rule in rules if rule.fixable)
+
+
 def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule]) -> list[Finding]:
-    facts = facts_of(source, path)
+    selected, fixable = _codes(tuple(rules))
+    kept: list | None = [] if fixable else None  # the tree and its positions, for the fixers
+    facts = facts_of(source, path, kept)
     findings: set[Finding] = set()
     try:
         for rule in rules:
@@ -113,14 +121,19 @@ def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule]) -> list[Findin
         if facts.model is not None:  # without its cycles, the model and the facts go with the file
             facts.model.close()
             facts.model = None
-    found = one_cause_one_finding(sorted(findings), {rule.code for rule in rules})
-    fixable = {rule.code for rule in rules if rule.fixable}
+    found = one_cause_one_finding(sorted(findings), selected)
     if any(finding.code in fixable for finding in found):
         # Fixes are worked out here, in the linting pass (and its worker process), so they
         # are cached with the findings: a warm run never parses the file again to show them.
         from tapecheck.lint.fixes import attach_fixes
 
-        found = attach_fixes(source, path, found)
+        # The lint's own tree, positions and facts when the file was parsed whole: the same
+        # tree, ranges and facts a second parse of the text would give (tests/test_fixes.py).
+        parsed = (*kept[0], facts) if kept else None
+        found = attach_fixes(source, path, found, parsed)
+        if facts.model is not None:  # a fixer asked the model again
+            facts.model.close()
+            facts.model = None
     return found
 
 

@@ -32,11 +32,14 @@ COMPUTE_PREFIXES = ("tensorflow.", "numpy.", "math.", "keras.ops.")
 
 def dotted_name(node: cst.BaseExpression) -> str:
     """`a.b.c` for a chain of names, "" for anything else."""
+    # `node.__class__ is`, here and in `literal`, `summarize` and `_bind`, not isinstance: libcst's
+    # node classes are ABCs, whose failed isinstance runs a Python frame (ABCMeta.__instancecheck__);
+    # the concrete types asked about have no subclasses (tests/test_extract.py checks).
     parts = []
-    while isinstance(node, cst.Attribute):
+    while node.__class__ is cst.Attribute:
         parts.append(node.attr.value)
         node = node.value
-    if not isinstance(node, cst.Name):
+    if node.__class__ is not cst.Name:
         return ""
     parts.append(node.value)
     return ".".join(reversed(parts))
@@ -44,11 +47,11 @@ def dotted_name(node: cst.BaseExpression) -> str:
 
 def literal(node: cst.BaseExpression):
     """The value of a literal True/False/None/number, else a sentinel."""
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+    if node.__class__ is cst.Name and node.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[node.value]
-    if isinstance(node, cst.Integer):
+    if node.__class__ is cst.Integer:
         return int(node.value.replace("_", ""), 0) if node.value.isdigit() else node.value
-    if isinstance(node, cst.SimpleString):
+    if node.__class__ is cst.SimpleString:
         prefix, raw = node.prefix.lower(), node.raw_value
         if prefix in ("", "u", "r") and "\r" not in raw and ("\\" not in raw or prefix == "r"):
             return raw  # no escapes: the text is the value (evaluated_value runs ast.literal_eval)
@@ -97,6 +100,8 @@ class FactsBuilder(FastVisitor):
         self._comprehension = 0
         self._comprehensions: list[tuple[int, list]] = []  # open comprehensions: start order, fors
         self._line_offset = 0  # lines of the file before the tree being walked (see walk_parts)
+        self.kept = None  # (module, positions) of a file walked whole, when the caller keeps them
+        self._keep = False
 
     # -- helpers ------------------------------------------------------------
     def _pos(self, node: cst.CSTNode):
@@ -156,45 +161,45 @@ class FactsBuilder(FastVisitor):
         facts = self.facts
         text = dotted_name(node)
         if text:
-            kind = "name" if isinstance(node, cst.Name) else "attribute"
+            kind = "name" if node.__class__ is cst.Name else "attribute"
             value = literal(node)
             return Expr(kind, text, value=None if value is NOT_LITERAL else value)
-        if isinstance(node, cst.Call):
+        if node.__class__ is cst.Call:
             func_text = dotted_name(node.func)
             keywords = {}
             for arg in node.args:
                 if arg.keyword is not None and depth < 2:
                     keywords[arg.keyword.value] = self.summarize(arg.value, depth + 1)
-            method = node.func.attr.value if isinstance(node.func, cst.Attribute) else ""
+            method = node.func.attr.value if node.func.__class__ is cst.Attribute else ""
             receiver = func_text.rsplit(".", 1)[0] if method and func_text else ""
             return Expr(
                 "call", "", callee=facts.resolve(func_text) if func_text else "",
                 method=method, receiver=receiver, keywords=keywords, func_text=func_text,
             )
-        if isinstance(node, (cst.List, cst.Tuple)) and depth < 2:
+        if (node.__class__ is cst.List or node.__class__ is cst.Tuple) and depth < 2:
             elements = tuple(
-                self.summarize(el.value, depth + 1) for el in node.elements if isinstance(el, cst.Element)
+                self.summarize(el.value, depth + 1) for el in node.elements if el.__class__ is cst.Element
             )
-            return Expr("list" if isinstance(node, cst.List) else "tuple", "", elements=elements)
-        if isinstance(node, cst.Subscript):
+            return Expr("list" if node.__class__ is cst.List else "tuple", "", elements=elements)
+        if node.__class__ is cst.Subscript:
             elements = node.slice
             tensor_slice = any(
-                isinstance(el.slice, cst.Index) and isinstance(el.slice.value, cst.Ellipsis)
+                el.slice.__class__ is cst.Index and el.slice.value.__class__ is cst.Ellipsis
                 for el in elements
-            ) or (len(elements) > 1 and any(isinstance(el.slice, cst.Slice) for el in elements))
+            ) or (len(elements) > 1 and any(el.slice.__class__ is cst.Slice for el in elements))
             return Expr("subscript", dotted_name(node.value), tensor_slice=tensor_slice)
-        if isinstance(node, cst.BinaryOperation):  # `Divide`, `Add`, `Minus`...
+        if node.__class__ is cst.BinaryOperation:  # `Divide`, `Add`, `Minus`...
             operands = (self.summarize(node.left, depth + 1), self.summarize(node.right, depth + 1)) if depth < 2 else ()
             return Expr("binop", "", method=node.operator.__class__.__name__, operands=operands)
-        if isinstance(node, cst.UnaryOperation):
+        if node.__class__ is cst.UnaryOperation:
             return Expr("binop", "", method=node.operator.__class__.__name__)
-        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Call) and dotted_name(node.value.func) == "super":
+        if node.__class__ is cst.Attribute and node.value.__class__ is cst.Call and dotted_name(node.value.func) == "super":
             return Expr("super", "", method=node.attr.value)  # `super().call`: the method of a base class
-        if isinstance(node, cst.Attribute):  # `model.get_layer("conv").output`, `model.layers[-1].output`
+        if node.__class__ is cst.Attribute:  # `model.get_layer("conv").output`, `model.layers[-1].output`
             return Expr("other", "", method=node.attr.value)  # the attribute read
-        if isinstance(node, cst.Lambda):
+        if node.__class__ is cst.Lambda:
             return Expr("lambda", "", value=self._start(node).line + self._line_offset)  # its block's line
-        if isinstance(node, cst.FormattedString):
+        if node.__class__ is cst.FormattedString:
             return _fstring(node)
         value = literal(node)
         if value is not NOT_LITERAL:
@@ -203,11 +208,11 @@ class FactsBuilder(FastVisitor):
 
     def _bind(self, target: cst.BaseExpression, value: Expr | None, kind: str, site_node: cst.CSTNode):
         """Record the names a target binds (tuple unpacking included)."""
-        if isinstance(target, (cst.Tuple, cst.List)):
+        if (target.__class__ is cst.Tuple or target.__class__ is cst.List):
             elements = [el.value for el in target.elements]
             values = value.elements if value is not None and len(value.elements) == len(elements) else None
             for index, element in enumerate(elements):
-                if isinstance(element, cst.StarredElement):
+                if element.__class__ is cst.StarredElement:
                     element = element.value
                 self._bind(element, values[index] if values else None, kind, site_node)
             return None
@@ -218,7 +223,7 @@ class FactsBuilder(FastVisitor):
             return site
         # a subscript or an attribute of a call: a store into something, read it as a use
         self._visit(target, "other")
-        if isinstance(target, cst.Subscript) and value is not None:
+        if target.__class__ is cst.Subscript and value is not None:
             container = dotted_name(target.value)
             if container:
                 self.facts.stores.append(Assign(container, self._site(site_node), value, "store"))
@@ -262,6 +267,8 @@ class FactsBuilder(FastVisitor):
             for statement in statements:
                 self._walk(statement)
             module_block.end_line = self._pos(module).end.line + self._line_offset
+            if self._keep:
+                self.kept = (module, self.positions)
             # Let this tree go before the next is parsed: two alive at once would double the peak.
             module = klass = statements = statement = self.positions = None
         self._line_offset = 0
@@ -676,9 +683,15 @@ def _terms(node):
     return [node]
 
 
-def extract(parts, path: str) -> FileFacts:
+def extract(parts, path: str, keep: list | None = None) -> FileFacts:
     """The facts of one file: from its module, or from the trees of consecutive runs of its
-    statements, in order (`tapecheck.lint.parts`)."""
+    statements, in order (`tapecheck.lint.parts`). `keep`: a list that gets the module and its
+    `Positions` appended, when the file is one module (the fixers reuse them)."""
     if isinstance(parts, cst.Module):
         parts = ((0, parts, False),)
-    return FactsBuilder(path).walk_parts(parts)
+    builder = FactsBuilder(path)
+    builder._keep = keep is not None
+    facts = builder.walk_parts(parts)
+    if keep is not None and builder.kept is not None:
+        keep.append(builder.kept)
+    return facts

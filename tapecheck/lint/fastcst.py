@@ -55,6 +55,9 @@ class Range(NamedTuple):
     end: Point
 
 
+_new_tuple = tuple.__new__
+
+
 # -- parse ------------------------------------------------------------------------
 
 _VALIDATE_ON_INIT = CSTNode.__dict__["__post_init__"]  # `self._validate()`; no node type overrides it
@@ -378,8 +381,10 @@ class Positions:
         return self._first[id(mark)] if mark.start_node is None else self._start(mark.start_node)
 
     def _point(self, offset: int) -> Point:
-        index = bisect_right(self._line_starts, offset)
-        return Point(index + 1, offset - self._line_starts[index - 1] if index else offset)
+        starts = self._line_starts
+        index = bisect_right(starts, offset)
+        # `tuple.__new__`, not `Point(...)`: the same Point without the Python frame of a NamedTuple's `__new__`
+        return _new_tuple(Point, (index + 1, offset - starts[index - 1] if index else offset))
 
     def __getitem__(self, node: cst.CSTNode) -> Range:
         if self._fallback is None:
@@ -388,7 +393,7 @@ class Positions:
             except KeyError:  # a node without marks (UNMARKED): libcst answers
                 self._use_libcst()
             else:
-                return Range(self._point(start), self._point(end))
+                return _new_tuple(Range, (self._point(start), self._point(end)))
         found = self._fallback[node]
         return Range(Point(found.start.line, found.start.column), Point(found.end.line, found.end.column))
 

@@ -97,20 +97,21 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 
 def _children(node) -> list:
     """`node.children` (the nodes libcst's visit walks, in its order), without libcst's visit."""
-    from libcst import CSTNode
-
-    from tapecheck.lint.fastcst import child_fields
+    from tapecheck.lint.fastcst import _is_node, _learn, child_fields
 
     kind = node.__class__
     fields = _FIELDS.get(kind)
     if fields is None:
         fields = _FIELDS[kind] = tuple(dict.fromkeys(child_fields(kind)))  # ImportFrom names `names` twice
     out = []
+    # `_is_node` (a class -> is-a-CSTNode table), not isinstance on libcst's ABC: no Python frame per child
     for field in fields:
         child = getattr(node, field)
         if child.__class__ is tuple or child.__class__ is list:
-            out.extend(item for item in child if isinstance(item, CSTNode))
-        elif isinstance(child, CSTNode):
+            for item in child:
+                if _is_node.get(item.__class__) or (item.__class__ not in _is_node and _learn(item.__class__)):
+                    out.append(item)
+        elif _is_node.get(child.__class__) or (child.__class__ not in _is_node and _learn(child.__class__)):
             out.append(child)
     return out
 
@@ -118,11 +119,11 @@ def _children(node) -> list:
 class _Tree:
     """A parsed file with positions, parents and the facts, for the fixers."""
 
-    def __init__(self, text: str, path: str):
+    def __init__(self, text: str, path: str, parsed=None):
         import libcst as cst
 
         from tapecheck.lint.extract import extract
-        from tapecheck.lint.fastcst import UNMARKED, Positions, parse_module
+        from tapecheck.lint.fastcst import Positions, parse_module
 
         self.cst = cst
         self.text = text
@@ -130,10 +131,20 @@ class _Tree:
         self.lines = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)]) if a < b]
         # The lint's own parse and positions (libcst's tree and libcst's ranges, tests/test_positions.py),
         # not libcst's validating parse and PositionProvider: those took most of a fixable file's lint.
-        self.module = parse_module(text)
-        self.positions = Positions(self.module)
-        self.parents: dict = {}
-        self._by_start: dict[tuple[int, int], list] = {}
+        if parsed is None:
+            self.module = parse_module(text)
+            self.positions = Positions(self.module)
+        else:  # the lint's own (module, positions, facts) of this text
+            self.module, self.positions, facts = parsed
+        self._parents: dict | None = None  # built on first use (`_index`): a fixer that gives up early never walks the tree
+        self._starts: dict[tuple[int, int], list] | None = None
+        self.facts = extract(self.module, path) if parsed is None else facts
+
+    def _index(self) -> None:
+        from tapecheck.lint.fastcst import UNMARKED
+
+        parents: dict = {}
+        by_start: dict[tuple[int, int], list] = {}
         # Every node, children before their parent (PositionProvider's order: of the nodes that
         # start at one place, the innermost first), indexed by start unless no position is asked of its type.
         pending = [(self.module, False)]
@@ -142,14 +153,26 @@ class _Tree:
             if done:
                 if node.__class__ not in UNMARKED:
                     where = self.positions.start(node)
-                    self._by_start.setdefault((where.line, where.column + 1), []).append(node)
+                    by_start.setdefault((where.line, where.column + 1), []).append(node)
                 continue
             pending.append((node, True))
             children = _children(node)
             for child in children:
-                self.parents[child] = node
+                parents[child] = node
             pending.extend((child, False) for child in reversed(children))
-        self.facts = extract(self.module, path)
+        self._parents, self._starts = parents, by_start
+
+    @property
+    def parents(self) -> dict:
+        if self._parents is None:
+            self._index()
+        return self._parents
+
+    @property
+    def _by_start(self) -> dict[tuple[int, int], list]:
+        if self._starts is None:
+            self._index()
+        return self._starts
 
     def start(self, node) -> tuple[int, int]:
         position = self.positions[node].start
@@ -403,12 +426,13 @@ FIXERS: dict[str, Callable[[_Tree, Finding], Fix | None]] = {
 }
 
 
-def attach_fixes(source: bytes, path: str, findings: Sequence[Finding]) -> list[Finding]:
-    """The findings, each with its fix when one applies (notebooks: none)."""
+def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=None) -> list[Finding]:
+    """The findings, each with its fix when one applies (notebooks: none). `parsed`: the lint's
+    own `(module, positions, facts)` of `source`, parsed whole, to reuse instead of parsing again."""
     if path.endswith(".ipynb") or not any(f.code in FIXERS for f in findings):
         return list(findings)
     try:
-        tree = _Tree(SourceText.from_bytes(source).text, path)
+        tree = _Tree(SourceText.from_bytes(source).text, path, parsed)
     except Exception:  # noqa: BLE001 - a fix is optional: a file we cannot re-read gets none
         return list(findings)
     out = []

@@ -192,9 +192,10 @@ def no_cyclic_collection():
         gc.enable()
 
 
-def facts_of(source: bytes, path: str):
+def facts_of(source: bytes, path: str, keep: list | None = None):
     """The facts of one file's source (`FileFacts`): checked, parsed (in parts when large), walked
-    once. Raises LintError on bad input."""
+    once. Raises LintError on bad input. `keep`: a list that gets `(module, positions)` appended
+    when the file was parsed whole (the fixers reuse the tree instead of parsing it again)."""
     # Imported only past the screen: a run on files no rule can fire on never loads libcst.
     from tapecheck.lint import parts
     from tapecheck.lint.extract import extract
@@ -208,7 +209,7 @@ def facts_of(source: bytes, path: str):
         except parts.Unparsable:
             pass  # a cut libcst does not accept alone: the whole file decides
     module = _libcst_parse(source)
-    return _walk(lambda: extract(module, path))
+    return _walk(lambda: extract(module, path, keep))
 
 
 def _walk(extracting):
