@@ -276,3 +276,13 @@ def test_a_train_step_training_a_module_level_generator_leaves_the_fitted_model_
     assert moved == 0.0 and good_moved > 0.01  # the fitted model's own weights, before and after fit
     assert max(val_loss) - min(val_loss) < 0.05 and val_loss[-1] > 0.5  # scored on `self`: flat
     assert good_val_loss[-1] < good_val_loss[0] / 3
+
+
+def test_a_keras_3_step_returning_its_loss_with_no_tracker_logs_zero():
+    loss, val_loss, truth = run("bad", "siamese_step_returns_loss.py", 3)
+    good_loss, good_val_loss, good_truth = run("good", "siamese_step_returns_loss.py", 3)
+    assert truth == pytest.approx(good_truth, rel=1e-5)  # the same training
+    assert loss == [0.0, 0.0, 0.0] and val_loss == [0.0, 0.0, 0.0]  # the loss tracker's result
+    assert min(truth) > 0.01
+    assert good_val_loss == pytest.approx(good_truth, rel=1e-4)  # the tracker logs the real loss
+    assert all(value > 0.005 for value in good_loss)

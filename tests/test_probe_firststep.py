@@ -41,7 +41,7 @@ EXPECTED = {
     "bad_fast_weights_copy.py": ("`.numpy()`", "static pass", []),
     "bad_fit_compile_loss.py": ("`Round`", "run", ["`star_error` (run by `fit`, line 22)"]),
     "bad_tf_function_step.py": ("`Greater`", "run", ["`hit_rate_loss` (called at line 20)"]),
-    "bad_train_step_override.py": ("`ArgMax`", "run", ["`error_rate` (called at line 30)"]),
+    "bad_train_step_override.py": ("`ArgMax`", "run", ["`error_rate` (called at line 35)"]),
 }
 
 

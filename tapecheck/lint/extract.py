@@ -491,9 +491,23 @@ class FactsBuilder(FastVisitor):
 
     def visit_Return(self, node: cst.Return):
         start = self._order
+        items = self._string_items(node.value) if node.value.__class__ is cst.Dict else ()
         self._visit(node.value, "other")
-        self.facts.exits.append(Exit(self._site(node), "return", (start, self._order)))
+        self.facts.exits.append(Exit(self._site(node), "return", (start, self._order), items))
         return False
+
+    def _string_items(self, node: cst.Dict) -> tuple:
+        """(key, value summary) of each item of a dict literal whose keys are all plain strings; ()
+        when one is not (a `**` spread, a computed key)."""
+        items = []
+        for element in node.elements:
+            if element.__class__ is not cst.DictElement or element.key.__class__ is not cst.SimpleString:
+                return ()
+            key = literal(element.key)
+            if not isinstance(key, str):
+                return ()
+            items.append((key, self.summarize(element.value, 1)))
+        return tuple(items)
 
     def visit_Raise(self, node: cst.Raise):
         self._visit(node.exc, "other")

@@ -156,6 +156,8 @@ class Exit:
     site: Site
     kind: str  # return, break, continue, raise
     span: tuple[int, int] = (0, 0)  # return: orders (after start, up to end) of the value's events
+    # return of a dict literal whose keys are all strings (`return {"loss": loss}`): (key, value) each
+    items: tuple[tuple[str, Expr], ...] = ()
 
 
 @dataclass(slots=True)

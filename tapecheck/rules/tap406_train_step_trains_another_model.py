@@ -245,7 +245,7 @@ def experiment(x, y):
                 loss = tf.reduce_mean(tf.square(self(x) - y))
             grads = tape.gradient(loss, model.trainable_weights)  # expect: TAP406
             optimizer.apply_gradients(zip(grads, model.trainable_weights))
-            return {"loss": loss}
+            return {"loss": loss}  # expect: TAP304 (and no tracker: fit logs 0.0)
     inputs = keras.Input((4,))
     fitter = Fitter(inputs, keras.layers.Dense(1)(inputs))
     fitter.compile(optimizer="sgd")
