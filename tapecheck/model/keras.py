@@ -510,6 +510,25 @@ class KerasKinds:
             return made.model.builds_lazily(made.block, depth + 1)
         return False
 
+    def loss_constructions(self, name: str, site: Site) -> list | None:
+        """For a name that holds a Keras loss object (`loss_fn = keras.losses.BinaryCrossentropy()`,
+        `self.loss_fn` set in `__init__`): (its `keras.losses` class, the constructor call's summary)
+        for each binding it may hold at `site` (`value_assigns`). None when there is none, or one
+        binding is not the construction of a `keras.losses` class."""
+        assigns = self.value_assigns(name, site)
+        if not assigns:
+            return None
+        found = []
+        for assign in assigns:
+            value = assign.value
+            if assign.kind != "assign" or value is None or value.kind != "call" or not value.func_text:
+                return None
+            member = keras_member(self.resolved(value.func_text, assign.site), "losses")
+            if not member:
+                return None
+            found.append((member, value))
+        return found
+
     # -- what Keras runs for you ---------------------------------------------------------
     def compiled_losses(self):
         """(compile call, the function Keras calls as a loss, its `y_pred` parameter) for each loss given to `compile`."""

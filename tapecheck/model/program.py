@@ -130,7 +130,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
                 if call.func.text.rpartition(".")[2] in ("assertRaises", "assertRaisesRegex", "assertRaisesRegexp", "raises")
             }
             found = self.memo["error-expecting withs"] = frozenset(
-                b.id for b in facts.blocks if b.kind == "with" and headers and (b.parent, b.line) in headers)
+                b.id for b in facts.blocks if b.kind == "with" and (b.parent, b.line) in headers)
         return found
 
     def compares_in(self, span: tuple[int, int]) -> list:

@@ -215,10 +215,7 @@ def _loss_call(model, call) -> bool:
     if keras_member(callee, "losses") or (callee.startswith("tensorflow.nn.") and (
             "cross_entropy" in callee or callee.endswith("l2_loss"))):
         return True
-    assigns = model.value_assigns(call.func.text, call.site)
-    return bool(assigns) and all(
-        a.kind == "assign" and a.value is not None and a.value.kind == "call"
-        and keras_member(model.resolved(a.value.func_text, a.site), "losses") for a in assigns)
+    return model.loss_constructions(call.func.text, call.site) is not None
 
 
 def _applied(model, facts, call, scope: int):

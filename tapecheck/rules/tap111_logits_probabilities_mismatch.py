@@ -256,8 +256,8 @@ def _loss_kind(model, call):
     """For a cross-entropy call: (the prediction argument, "probabilities"/"logits"); else None."""
     func = call.func
     if func.kind == "call":  # `tf.keras.losses.BinaryCrossentropy()(y, p)`
-        return _instance_kind(model, model.resolved(func.func_text, call.site) if func.func_text else "",
-                              func.keywords, call)
+        callee = model.resolved(func.func_text, call.site) if func.func_text else ""
+        return _instance_kind(keras_member(callee, "losses") if callee else "", func.keywords, call)
     if not func.text:
         return None
     callee = model.resolved(func.text, call.site)
@@ -274,13 +274,9 @@ def _loss_kind(model, call):
             return None  # a setting: unknown
         return call.arg(1, keyword), "logits" if logits else "probabilities"
     # a Keras loss object called: `loss_fn(y, p)`
-    assigns = model.value_assigns(func.text, call.site)
     kinds = set()
-    for assign in assigns:
-        value = assign.value
-        if assign.kind != "assign" or value is None or value.kind != "call" or not value.func_text:
-            return None
-        found = _instance_kind(model, model.resolved(value.func_text, assign.site), value.keywords, call)
+    for member, value in model.loss_constructions(func.text, call.site) or ():
+        found = _instance_kind(member, value.keywords, call)
         if found is None:
             return None
         kinds.add(found[1])
@@ -289,8 +285,10 @@ def _loss_kind(model, call):
     return call.arg(1, "y_pred"), kinds.pop()
 
 
-def _instance_kind(model, callee, keywords, call):
-    if not callee or keras_member(callee, "losses") not in PROBABILITY_CLASSES:
+def _instance_kind(member: str, keywords, call):
+    """For a cross-entropy class of `keras.losses` made with a literal `from_logits`: (the prediction
+    argument of `call`, "probabilities"/"logits"); else None."""
+    if member not in PROBABILITY_CLASSES:
         return None
     logits = _literal(keywords.get("from_logits"))
     if logits is None:

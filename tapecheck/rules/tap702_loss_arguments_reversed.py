@@ -276,17 +276,8 @@ def _loss_called(model, call):
     if member or keras_member(callee, "losses"):
         return None
     # a name holding an instance of a Keras loss class: every binding of it makes one
-    assigns = model.value_assigns(func.text, call.site)
-    names = set()
-    for assign in assigns:
-        value = assign.value
-        if assign.kind != "assign" or value is None or value.kind != "call" or not value.func_text:
-            return None
-        member = keras_member(model.resolved(value.func_text, assign.site), "losses")
-        if member not in ASYMMETRIC_CLASSES:
-            return None
-        names.add(member)
-    return (names.pop(), 0) if len(names) == 1 else None
+    names = {member for member, _ in model.loss_constructions(func.text, call.site) or ()}
+    return (names.pop(), 0) if len(names) == 1 and names <= ASYMMETRIC_CLASSES else None
 
 
 def _forward_call(model, facts, call, expr, depth: int = 0):
@@ -331,21 +322,27 @@ def _plain_data(model, facts, call, expr, depth: int = 0) -> bool:
     if expr.kind == "attribute":
         return not expr.text.startswith("self.")  # `batch.labels`; an attribute of self may be a prediction
     if expr.kind == "name" and expr.text:
-        for assign in facts.reaching_assigns(expr.text, call.site):
-            if assign.kind in ("for", "param"):
-                continue  # `for images, labels in dataset`
-            if assign.kind != "assign" or assign.value is None:
-                return False
-            if assign.value.kind in ("subscript", "attribute", "tuple"):
-                continue  # `y = batch[1]`, `y = data.labels`
-            if not _made_from_data(model, facts, assign, depth + 1):
-                return False
-        return True
+        return _name_is_data(model, facts, expr.text, call.site, depth)
     if expr.kind == "call":
         span = call.span_of(expr)
         made = model.call_at(span, expr) if span is not None else None
         return made is not None and _data_op(model, facts, made, depth + 1)
     return False
+
+
+def _name_is_data(model, facts, name: str, site, depth: int) -> bool:
+    """Whether every binding of `name` that reaches `site` in its scope is plain data (none: a
+    parameter or a global)."""
+    for assign in facts.reaching_assigns(name, site):
+        if assign.kind in ("for", "param"):
+            continue  # `for images, labels in dataset`
+        if assign.kind != "assign" or assign.value is None:
+            return False
+        if assign.value.kind in ("subscript", "attribute", "tuple"):
+            continue  # `y = batch[1]`, `y = data.labels`
+        if not _made_from_data(model, facts, assign, depth + 1):
+            return False
+    return True
 
 
 def _made_from_data(model, facts, assign, depth: int) -> bool:
@@ -354,7 +351,7 @@ def _made_from_data(model, facts, assign, depth: int) -> bool:
         made = model.value_call(assign)
         return made is not None and _data_op(model, facts, made, depth)
     if value.kind == "name":
-        return _plain_data(model, facts, _AtSite(assign), value, depth)
+        return depth <= MAX_DEPTH and _name_is_data(model, facts, value.text, assign.site, depth)
     return value.kind == "constant"
 
 
@@ -369,16 +366,6 @@ def _data_op(model, facts, made, depth: int) -> bool:
         return True
     arguments = list(made.args) + list(made.keywords.values())
     return all(_plain_data(model, facts, made, argument, depth) for argument in arguments)
-
-
-class _AtSite:
-    """A stand-in call at an assignment's site, for reaching-definition questions about its value."""
-
-    def __init__(self, assign):
-        self.site = assign.site
-
-    def span_of(self, expr):
-        return None
 
 
 def check(facts):
