@@ -72,3 +72,27 @@ def test_codes_and_names_are_unique_and_well_formed():
     for rule in RULES:
         assert re.fullmatch(r"TAP\d{3}", rule.code)
         assert re.fullmatch(r"[a-z]+(-[a-z]+)*", rule.name)
+
+
+def _inside(source: str, manager: str) -> str:
+    """The example as the body of a test function's `with MANAGER:` block."""
+    import textwrap
+
+    return f"import pytest\n\n\ndef test_it():\n    with {manager}:\n" + textwrap.indent(textwrap.dedent(source), " " * 8)
+
+
+@pytest.mark.parametrize("rule,source", [p for p in _examples("invalid") if getattr(p.values[0].module, "RAISES", False)])
+def test_a_raising_rule_is_silent_where_a_test_expects_its_error(rule, source):
+    """`RAISES = True`: the same example inside `with open(...)` keeps its findings (so nesting
+    is not what silences it), and inside `with pytest.raises(...)` it has none."""
+    codes = lambda text: [f.code for f in lint_source(text, "test_example.py") if f.code == rule.code]  # noqa: E731
+    assert codes(_inside(source, 'open("log.txt")')) == codes(source) != []
+    assert codes(_inside(source, "pytest.raises(Exception)")) == []
+
+
+def test_only_raising_rules_are_silenced_by_pytest_raises():
+    """A rule whose mistake is silent (TAP301: a metric never reset) still reports inside one."""
+    rule = next(r for r in RULES if r.code == "TAP301")
+    assert not getattr(rule.module, "RAISES", False)
+    source = rule.invalid[0]
+    assert [f.code for f in lint_source(_inside(source, "pytest.raises(Exception)"), "t.py") if f.code == "TAP301"]

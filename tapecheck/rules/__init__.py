@@ -4,12 +4,14 @@ A rule module holds its documentation (the module docstring, in the ruff
 layout), its code and name, VALID/INVALID examples that double as tests, a
 byte screen (`TRIGGERS`, any of which must occur in a file, or a
 `screen(source)` function when substrings cannot say it exactly), and a
-`check(facts)` function. Importing this package never imports libcst: rules
-read the plain facts that `tapecheck.lint.extract` pulls out of the syntax tree.
+`check(facts)` function. `RAISES = True` marks a rule whose mistake raises an
+exception: its findings inside `pytest.raises`/`assertRaises` blocks are left out.
+Importing this package never imports libcst: rules read the plain facts that `tapecheck.lint.extract` pulls out of the syntax tree.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass
@@ -27,9 +29,17 @@ class Rule:
     def doc(self) -> str:
         return (self.module.__doc__ or "").strip() + "\n"
 
-    @property
+    @functools.cached_property
     def check(self):
-        return getattr(self.module, "check", None)
+        """The module's `check(facts)`; for a rule whose mistake raises an exception (`RAISES`),
+        less its findings inside a test that makes it raise on purpose (`pytest.raises`,
+        `assertRaises`): that code is meant to fail."""
+        check = getattr(self.module, "check", None)
+        if check is None or not getattr(self.module, "RAISES", False):
+            return check
+        from tapecheck.rules._common import unless_error_expected
+
+        return lambda facts: unless_error_expected(facts, check(facts))
 
     @property
     def in_probe(self) -> bool:
