@@ -134,8 +134,22 @@ def _mapped_frame(frame) -> Site | None:
 def frame_site(frame) -> Site:
     """The line a frame is at, as a site."""
     filename = frame.f_code.co_filename
-    return Site(os.path.abspath(filename) if not filename.startswith("<") else filename,
-                frame.f_lineno, _column(frame))
+    return Site(_absolute(filename), frame.f_lineno, _column(frame))
+
+
+_absolute_paths: dict[str, str] = {}
+
+
+def _absolute(filename: str) -> str:
+    """`os.path.abspath`, remembered for names that do not depend on the working folder."""
+    if filename.startswith("<"):
+        return filename
+    known = _absolute_paths.get(filename)
+    if known is None:
+        known = os.path.abspath(filename)
+        if os.path.isabs(filename):  # a relative name's meaning moves with os.chdir
+            _absolute_paths[filename] = known
+    return known
 
 
 def calls_from_user_code(depth: int = 2) -> bool:
@@ -153,13 +167,23 @@ def calls_from_user_code(depth: int = 2) -> bool:
     return _AUTOGRAPH in filename or is_user_file(filename)
 
 
+_columns: dict[tuple, int] = {}
+
+
 def _column(frame) -> int:
-    try:
-        positions = list(frame.f_code.co_positions())[frame.f_lasti // 2]
-        col = positions[2]
-        return col + 1 if col is not None else 1
-    except (AttributeError, IndexError, TypeError):
-        return 1
+    """The 1-based column of the instruction a frame is at (remembered per code object and
+    instruction: a training step asks for the same few sites at every step)."""
+    key = (frame.f_code, frame.f_lasti)
+    known = _columns.get(key)
+    if known is None:
+        try:
+            col = list(frame.f_code.co_positions())[frame.f_lasti // 2][2]
+            known = col + 1 if col is not None else 1
+        except (AttributeError, IndexError, TypeError):
+            known = 1
+        if len(_columns) < 65536:  # bounded: a program has only so many call sites
+            _columns[key] = known
+    return known
 
 
 def _mapped_site() -> Site | None:
