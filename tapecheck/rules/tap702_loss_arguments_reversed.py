@@ -124,6 +124,24 @@ FORWARD_PASSTHROUGH = frozenset({"squeeze", "reshape", "cast", "identity", "sigm
 MAX_DEPTH = 3
 
 VALID = [
+    # the second argument is read from self (a teacher's output may be a prediction):
+    # the analysis cannot tell which side is the labels
+    """
+import tensorflow as tf
+
+class Distiller:
+    def __init__(self):
+        self.student = tf.keras.Sequential([tf.keras.layers.Dense(10, activation="softmax")])
+        self.kl = tf.keras.losses.KLDivergence()
+        self.soft_targets = None
+
+    def step(self, x):
+        with tf.GradientTape() as tape:
+            student_probs = self.student(x, training=True)
+            teacher_probs = self.soft_targets
+            loss = self.kl(student_probs, teacher_probs)
+        return tape.gradient(loss, self.student.trainable_variables)
+""",
     # the labels first
     """
 import tensorflow as tf
@@ -338,6 +356,8 @@ def _name_is_data(model, facts, name: str, site, depth: int) -> bool:
             continue  # `for images, labels in dataset`
         if assign.kind != "assign" or assign.value is None:
             return False
+        if assign.value.kind == "attribute" and assign.value.text.startswith("self."):
+            return False  # `y = self.outputs`: as `self.outputs` itself, it may be a prediction
         if assign.value.kind in ("subscript", "attribute", "tuple"):
             continue  # `y = batch[1]`, `y = data.labels`
         if not _made_from_data(model, facts, assign, depth + 1):
