@@ -400,7 +400,7 @@ def check(facts):
         if len(call.args) < first + 2:
             continue
         given_true, given_pred = call.args[first], call.args[first + 1]
-        if _named_labels(given_true) or model.expects_error(call.site):
+        if _named_labels(given_true) or model.expects_error(call.site.line):
             continue
         forward = _forward_call(model, facts, call, given_true)
         if forward is not None:
