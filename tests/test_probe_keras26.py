@@ -81,9 +81,15 @@ NAMES = {
                                       "line 44 uses `interpolated`."),
     "bad_reset_states_override.py": ("`BestBatchError.reset_states()` overrides Keras 2's method, which Keras 3 never "
                                      "calls", "Rename it to `reset_state(self)` (singular)."),
+    "bad_step_returns_loss.py": ("`Denoiser.train_step` returns {\"loss\": ...}, but Keras 3's `fit` "
+                                 "(`model.fit(...)` at line 49) logs the results of `model.metrics` instead",
+                                 "Keep a tracker: `self.loss_tracker = keras.metrics.Mean(name=\"loss\")` in "
+                                 "`__init__`, returned by a `metrics` property (`return [self.loss_tracker]`); in the "
+                                 "step, call `self.loss_tracker.update_state(loss)`, then "
+                                 "`return {m.name: m.result() for m in self.metrics}`."),
 }
 
-LINT_TOO = {"bad_plain_loop_metric.py"}
+LINT_TOO = {"bad_plain_loop_metric.py", "bad_step_returns_loss.py"}
 
 
 def load(path: Path):
@@ -292,3 +298,65 @@ def test_a_flag_gated_reset_in_a_train_step_under_fit_is_reported_and_run_eagerl
     # run eagerly, Python reads the flag at every step: the reset runs once per epoch, as written
     findings, probed, plain = _run_variant(tmp_path, "fit_flag_eager.py", "EAGER = True\n" + FIT_FLAG)
     assert findings == [] and probed == plain == [0.6094, 0.6719, 0.7188]
+
+
+SIAMESE = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "silent"
+
+
+def test_a_step_dict_replaced_by_trackers_is_reported_by_the_probe_where_the_lint_reports_it():
+    """TAP304 at run time, on the lint's own fixture: `train_step` and `test_step` return `{"loss": loss}`, `fit`
+    (and `evaluate` on the validation data) log the untouched loss tracker's 0.0; the twin, with a tracker, is
+    silent. Results bit-identical with and without the probe, every patch put back."""
+    for kind in ("bad", "good"):
+        path = SIAMESE / kind / "siamese_step_returns_loss.py"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = runpy.run_path(str(path), run_name="keras26_fixture")
+            before = patched_objects()
+            with tapecheck.probe() as p:
+                probed = module["run"]()
+            assert_restored(before)
+            plain = module["run"]()
+        assert probed == plain
+        lint = sorted((f.line, f.code) for f in lint_file(str(path)).findings)
+        assert sorted((f.line, f.code) for f in p.findings) == lint
+        if kind == "good":
+            assert lint == [] and min(plain[0]) > 0
+            continue
+        assert plain[0] == plain[1] == [0.0, 0.0, 0.0] and lint == [(39, "TAP304"), (43, "TAP304")]
+        train, test = sorted(p.findings, key=lambda f: f.line)
+        assert train.message.startswith("`SiameseModel.train_step` returns {\"loss\": ...}, but Keras 3's `fit` "
+                                        "(`model.fit(...)` at line 65)")
+        assert '`history.history["loss"]` is 0.0 at every epoch' in train.message
+        assert test.message.startswith("`SiameseModel.test_step` returns {\"loss\": ...}, but Keras 3's `evaluate` "
+                                       "(run by `model.fit(...)` at line 65 on the validation data)")
+        assert "the `loss` that `evaluate` returns (`val_loss` at each epoch of `fit`) is 0.0" in test.message
+        assert "`self.loss_tracker.update_state(contrastive_loss(self(pair), same))`" in test.hint
+        assert train.details["model"] == "model" and train.col == 9
+
+
+def test_the_step_logs_check_runs_at_each_epoch_end_not_at_each_step(monkeypatch):
+    """Nothing is added to a step: the check is entered once per epoch of `fit` (8 epochs of 4 batches), from
+    Keras's own end-of-epoch call, and never inside the traced step."""
+    from tapecheck.probe.steplogs import StepLogsHooks
+
+    entered = []
+    original = StepLogsHooks._replaced
+
+    def counted(self, model, logs, logged, caller):
+        entered.append((caller, tf_executing_eagerly()))
+        return original(self, model, logs, logged, caller)
+
+    monkeypatch.setattr(StepLogsHooks, "_replaced", counted)
+    module = load(FOLDER / "good_step_returns_loss.py")
+    with warnings.catch_warnings(), tapecheck.probe() as p:
+        warnings.simplefilter("ignore")
+        losses, _ = module["main"]()
+    assert len(losses) == 8 and p.findings == []
+    assert entered == [("fit", True)] * 8  # 32 steps
+
+
+def tf_executing_eagerly() -> bool:
+    import tensorflow as tf
+
+    return tf.executing_eagerly()
