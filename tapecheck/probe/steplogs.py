@@ -27,6 +27,8 @@ import linecache
 import os
 import sys
 
+import numpy as np
+
 from tapecheck.probe import names, sites
 from tapecheck.probe.report import report_internal_error
 
@@ -150,8 +152,6 @@ def _hint(stale, values) -> str:
 def _number(value):
     """A scalar's value as a Python float (one host read), else None."""
     try:
-        import numpy as np
-
         array = np.asarray(value)
         return float(array) if array.size == 1 and array.dtype.kind in "fiu" else None
     except Exception:  # noqa: BLE001 - an unusual log value: compare nothing
