@@ -360,3 +360,46 @@ def tf_executing_eagerly() -> bool:
     import tensorflow as tf
 
     return tf.executing_eagerly()
+
+
+def test_metrics_given_to_compile_that_a_returned_loss_leaves_unbuilt_are_explained_and_the_hint_works(tmp_path):
+    """With `compile(metrics=["mae"])`, the step returning `{"loss": loss}` never updates the compiled metrics:
+    Keras raises `Cannot get result() since the metric has not yet been built` at the first epoch's end. The
+    probe explains it with TAP304 at the `return` line; the step the hint describes trains with no finding."""
+    bad = (FOLDER / "bad_step_returns_loss.py").read_text(encoding="utf-8")
+    compiled = bad.replace("model.compile(optimizer=keras.optimizers.Adam(0.01))",
+                           'model.compile(optimizer=keras.optimizers.Adam(0.01), metrics=["mae"])')
+    assert compiled != bad
+    path = tmp_path / "compiled_metrics_unbuilt.py"
+    path.write_text(compiled, encoding="utf-8")
+    (tmp_path / "_data.py").write_text((FOLDER / "_data.py").read_text(encoding="utf-8"), encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("_data", None)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = runpy.run_path(str(path), run_name="keras26_fixture")
+            before = patched_objects()
+            with pytest.raises(ValueError, match="has not yet been built"), tapecheck.probe() as p:
+                module["main"]()
+            assert_restored(before)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("_data", None)
+    (finding,) = p.findings
+    assert (finding.line, finding.code, finding.details["cause"]) == (39, "TAP304", "metrics-never-updated")
+    assert finding.details["explains"] == "ValueError: Cannot get result() since the metric has not yet been built."
+    assert finding.message.startswith("`Denoiser.train_step` never updates the metrics given to "
+                                      "`compile(metrics=...)`: at the epoch's end Keras 3's `fit` reads the result "
+                                      "of every metric in `model.metrics`")
+    assert finding.hint.startswith("Update the trackers in the step: `m.update_state(loss)` for the `m` in "
+                                   "`self.metrics` named `\"loss\"`, then `return self.compute_metrics(x, y, y_pred, "
+                                   "sample_weight=None)`")
+    fixed = compiled.replace('        return {"loss": loss}  # probe-expect: TAP304\n',
+                             "        for m in self.metrics:\n"
+                             "            if m.name == \"loss\":\n"
+                             "                m.update_state(loss)\n"
+                             "        return self.compute_metrics(noisy, clean, self(noisy), sample_weight=None)\n")
+    assert fixed != compiled
+    findings, probed, plain = _run_variant(tmp_path, "compiled_metrics_updated.py", fixed)
+    assert findings == [] and probed == plain and len(probed[0]) == 8 and min(probed[0]) > 0

@@ -93,9 +93,11 @@ class Probe:
             self._tapes = tapes
             metrics = MetricHooks(self.collector)
             shims = CompiledLossHooks(self.collector, metrics, tapes)
+            steplogs = StepLogsHooks(self.collector, metrics, shims)
+            steplogs.notes = notes
             self._hooks = [tapes, metrics, optimizers, state, TrainingFlagHooks(self.collector, tapes), shims,
                            TracedConditionHooks(self.collector, metrics), BuildHooks(self.collector, tapes),
-                           StepLogsHooks(self.collector, metrics, shims)]
+                           steplogs]
             self._patcher = Patcher()
             for hooks in self._hooks:
                 hooks.install(self._patcher)

@@ -17,6 +17,11 @@ differs from the one logged (one host read of each, at most once per epoch, unti
 the step is reported). The step is the user's own `train_step` (`fit`) or
 `test_step` (`evaluate`, also for `fit`'s validation); a step that called the
 `compiled_loss` shim is TAP302's (shims.py), not reported here.
+
+With `compile(metrics=[...])` such a step never updates the compiled metrics either, and
+Keras raises `ValueError: Cannot get result() since the metric has not yet been built.`
+at the first epoch's end, from this very call: the hook notes the never-updated,
+unbuilt metrics (loud.Notes), reported at the step's `return` if that error ends the run.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class StepLogsHooks:
         self.metrics = metrics  # MetricHooks: which metrics were ever updated
         self.shims = shims  # CompiledLossHooks: the models whose step called `compiled_loss`
         self.active = True
+        self.notes = None  # loud.Notes: set by the session
         self.done: set = set()  # (class, step) already reported
 
     def install(self, patcher):
@@ -60,7 +66,15 @@ class StepLogsHooks:
 
         def _get_metrics_result_or_logs(self, logs):
             __tracebackhide__ = True  # pytest: the probe's frame is not the user's
-            logged = original(self, logs)
+            try:
+                logged = original(self, logs)
+            except ValueError as exc:
+                if hooks.active and hooks.notes is not None:
+                    try:
+                        hooks._unbuilt(self, logs, exc, sys._getframe(1).f_code.co_name)
+                    except Exception as error:  # noqa: BLE001 - a probe bug must not change the program's error
+                        report_internal_error(error)
+                raise
             if hooks.active and logged is not logs and isinstance(logs, dict) and isinstance(logged, dict):
                 try:
                     hooks._replaced(self, logs, logged, sys._getframe(1).f_code.co_name)
@@ -73,12 +87,8 @@ class StepLogsHooks:
     def _replaced(self, model, logs, logged, caller):
         """Keras logged `model.metrics`' results instead of the step's `logs`: report the keys whose metric
         nothing ever updated while the step returned another value."""
-        step = _STEPS.get(caller)
-        if step is None or (type(model), step) in self.done:
-            return
-        function = inspect.unwrap(getattr(type(model), step, None) or (lambda: None))
-        code = getattr(function, "__code__", None)
-        if code is None or not sites.is_user_file(code.co_filename) or self._called_shim(model):
+        step, code = _user_step(model, caller)
+        if code is None or (type(model), step) in self.done or self._called_shim(model):
             return
         producers = {}
         for metric in getattr(model, "metrics", None) or ():
@@ -98,6 +108,45 @@ class StepLogsHooks:
         self.done.add((type(model), step))
         self._report(model, step, code, logs, stale, caller)
 
+    def _unbuilt(self, model, logs, exc, caller):
+        """Keras raised reading `model.metrics` at the epoch's end: a metric never updated (the ones given to
+        `compile(metrics=...)`, which a step of the user's own never touches) was never built. Noted; reported
+        if this error ends the run."""
+        from tapecheck.probe import loud
+
+        if "has not yet been built" not in str(exc):
+            return
+        step, code = _user_step(model, caller)
+        if code is None:
+            return
+        unbuilt = []
+        for metric in getattr(model, "metrics", None) or ():
+            state = self.metrics.states.get(id(metric))
+            if getattr(metric, "built", True) or (state is not None and state.ever_updated):
+                continue
+            unbuilt.append(metric)
+        if not unbuilt:
+            return
+        path = os.path.abspath(code.co_filename)
+        line, col, values = _returned_dict(path, code.co_firstlineno, set(logs) if isinstance(logs, dict) else set())
+        model_name, call_site = _model_name(model, caller)
+        compiled = getattr(model, "_compile_metrics", None)
+        what = " and ".join("the metrics given to `compile(metrics=...)`" if metric is compiled else
+                            f"the metric `{names.keras_name(metric)}`" for metric in unbuilt)
+        loss = values.get("loss", "loss")
+        self.notes.note(exc, loud.Explanation(
+            site=sites.Site(path, line, col), code=CODE, cause="metrics-never-updated",
+            message=(f"`{type(model).__name__}.{step}` never updates {what}: at the epoch's end Keras 3's `{caller}` "
+                     f"reads the result of every metric in `{model_name}.metrics` (to log them in place of a returned "
+                     "dict keyed by their names), and a metric never updated was never built, so it raises"
+                     ).replace("{", "{{").replace("}", "}}"),
+            hint=(f"Update the trackers in the step: `m.update_state({loss})` for the `m` in `self.metrics` named "
+                  "`\"loss\"`, then `return self.compute_metrics(x, y, y_pred, sample_weight=None)` with the step's "
+                  "inputs, targets and predictions (it updates the metrics given to `compile` and returns every "
+                  "metric's result); or leave `metrics=` out of `compile()`."),
+            details={"model": model_name, "step": step},
+        ))
+
     def _called_shim(self, model) -> bool:
         return any(ref() is model for ref in list(self.shims.models.values()))
 
@@ -105,9 +154,7 @@ class StepLogsHooks:
         path = os.path.abspath(code.co_filename)
         line, col, values = _returned_dict(path, code.co_firstlineno, set(logs))
         cls = type(model).__name__
-        frame, call_site = sites.user_frame(3)
-        model_name = (names.user_name(model, frame, call_site, caller) if call_site is not None else
-                      names.held_as(model) or names.keras_name(model))
+        model_name, call_site = _model_name(model, caller)
         run = f"`{caller}`"
         if call_site is not None:
             at = f"line {call_site.line}" if call_site.path == path else call_site.short()
@@ -137,6 +184,24 @@ class StepLogsHooks:
             _hint(stale, values), subject=f"{cls}.{step}", model=model_name, step=step,
             keys=[k for k, *_ in stale],
         )
+
+
+def _model_name(model, caller) -> tuple:
+    """(the user's name for `model`, the user's line that called `fit`/`evaluate`, None if none)."""
+    frame, call_site = sites.user_frame(4)
+    if call_site is None:
+        return names.held_as(model) or names.keras_name(model), None
+    return names.user_name(model, frame, call_site, caller), call_site
+
+
+def _user_step(model, caller) -> tuple:
+    """(the step `caller` runs, its code object when the user wrote it, else None)."""
+    step = _STEPS.get(caller)
+    if step is None:
+        return None, None
+    function = inspect.unwrap(getattr(type(model), step, None) or (lambda: None))
+    code = getattr(function, "__code__", None)
+    return step, code if code is not None and sites.is_user_file(code.co_filename) else None
 
 
 def _hint(stale, values) -> str:
