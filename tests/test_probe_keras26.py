@@ -81,9 +81,15 @@ NAMES = {
                                       "line 44 uses `interpolated`."),
     "bad_reset_states_override.py": ("`BestBatchError.reset_states()` overrides Keras 2's method, which Keras 3 never "
                                      "calls", "Rename it to `reset_state(self)` (singular)."),
+    "bad_step_returns_loss.py": ("`Denoiser.train_step` returns {\"loss\": ...}, but Keras 3's `fit` "
+                                 "(`model.fit(...)` at line 49) logs the results of `model.metrics` instead",
+                                 "Keep a tracker: `self.loss_tracker = keras.metrics.Mean(name=\"loss\")` in "
+                                 "`__init__`, returned by a `metrics` property (`return [self.loss_tracker]`); in the "
+                                 "step, call `self.loss_tracker.update_state(loss)`, then "
+                                 "`return {m.name: m.result() for m in self.metrics}`."),
 }
 
-LINT_TOO = {"bad_plain_loop_metric.py"}
+LINT_TOO = {"bad_plain_loop_metric.py", "bad_step_returns_loss.py"}
 
 
 def load(path: Path):
@@ -292,3 +298,108 @@ def test_a_flag_gated_reset_in_a_train_step_under_fit_is_reported_and_run_eagerl
     # run eagerly, Python reads the flag at every step: the reset runs once per epoch, as written
     findings, probed, plain = _run_variant(tmp_path, "fit_flag_eager.py", "EAGER = True\n" + FIT_FLAG)
     assert findings == [] and probed == plain == [0.6094, 0.6719, 0.7188]
+
+
+SIAMESE = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "silent"
+
+
+def test_a_step_dict_replaced_by_trackers_is_reported_by_the_probe_where_the_lint_reports_it():
+    """TAP304 at run time, on the lint's own fixture: `train_step` and `test_step` return `{"loss": loss}`, `fit`
+    (and `evaluate` on the validation data) log the untouched loss tracker's 0.0; the twin, with a tracker, is
+    silent. Results bit-identical with and without the probe, every patch put back."""
+    for kind in ("bad", "good"):
+        path = SIAMESE / kind / "siamese_step_returns_loss.py"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = runpy.run_path(str(path), run_name="keras26_fixture")
+            before = patched_objects()
+            with tapecheck.probe() as p:
+                probed = module["run"]()
+            assert_restored(before)
+            plain = module["run"]()
+        assert probed == plain
+        lint = sorted((f.line, f.code) for f in lint_file(str(path)).findings)
+        assert sorted((f.line, f.code) for f in p.findings) == lint
+        if kind == "good":
+            assert lint == [] and min(plain[0]) > 0
+            continue
+        assert plain[0] == plain[1] == [0.0, 0.0, 0.0] and lint == [(39, "TAP304"), (43, "TAP304")]
+        train, test = sorted(p.findings, key=lambda f: f.line)
+        assert train.message.startswith("`SiameseModel.train_step` returns {\"loss\": ...}, but Keras 3's `fit` "
+                                        "(`model.fit(...)` at line 65)")
+        assert '`history.history["loss"]` is 0.0 at every epoch' in train.message
+        assert test.message.startswith("`SiameseModel.test_step` returns {\"loss\": ...}, but Keras 3's `evaluate` "
+                                       "(run by `model.fit(...)` at line 65 on the validation data)")
+        assert "the `loss` that `evaluate` returns (`val_loss` at each epoch of `fit`) is 0.0" in test.message
+        assert "`self.loss_tracker.update_state(contrastive_loss(self(pair), same))`" in test.hint
+        assert train.details["model"] == "model" and train.col == 9
+
+
+def test_the_step_logs_check_runs_at_each_epoch_end_not_at_each_step(monkeypatch):
+    """Nothing is added to a step: the check is entered once per epoch of `fit` (8 epochs of 4 batches), from
+    Keras's own end-of-epoch call, and never inside the traced step."""
+    from tapecheck.probe.steplogs import StepLogsHooks
+
+    entered = []
+    original = StepLogsHooks._replaced
+
+    def counted(self, model, logs, logged, caller):
+        entered.append((caller, tf_executing_eagerly()))
+        return original(self, model, logs, logged, caller)
+
+    monkeypatch.setattr(StepLogsHooks, "_replaced", counted)
+    module = load(FOLDER / "good_step_returns_loss.py")
+    with warnings.catch_warnings(), tapecheck.probe() as p:
+        warnings.simplefilter("ignore")
+        losses, _ = module["main"]()
+    assert len(losses) == 8 and p.findings == []
+    assert entered == [("fit", True)] * 8  # 32 steps
+
+
+def tf_executing_eagerly() -> bool:
+    import tensorflow as tf
+
+    return tf.executing_eagerly()
+
+
+def test_metrics_given_to_compile_that_a_returned_loss_leaves_unbuilt_are_explained_and_the_hint_works(tmp_path):
+    """With `compile(metrics=["mae"])`, the step returning `{"loss": loss}` never updates the compiled metrics:
+    Keras raises `Cannot get result() since the metric has not yet been built` at the first epoch's end. The
+    probe explains it with TAP304 at the `return` line; the step the hint describes trains with no finding."""
+    bad = (FOLDER / "bad_step_returns_loss.py").read_text(encoding="utf-8")
+    compiled = bad.replace("model.compile(optimizer=keras.optimizers.Adam(0.01))",
+                           'model.compile(optimizer=keras.optimizers.Adam(0.01), metrics=["mae"])')
+    assert compiled != bad
+    path = tmp_path / "compiled_metrics_unbuilt.py"
+    path.write_text(compiled, encoding="utf-8")
+    (tmp_path / "_data.py").write_text((FOLDER / "_data.py").read_text(encoding="utf-8"), encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("_data", None)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = runpy.run_path(str(path), run_name="keras26_fixture")
+            before = patched_objects()
+            with pytest.raises(ValueError, match="has not yet been built"), tapecheck.probe() as p:
+                module["main"]()
+            assert_restored(before)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("_data", None)
+    (finding,) = p.findings
+    assert (finding.line, finding.code, finding.details["cause"]) == (39, "TAP304", "metrics-never-updated")
+    assert finding.details["explains"] == "ValueError: Cannot get result() since the metric has not yet been built."
+    assert finding.message.startswith("`Denoiser.train_step` never updates the metrics given to "
+                                      "`compile(metrics=...)`: at the epoch's end Keras 3's `fit` reads the result "
+                                      "of every metric in `model.metrics`")
+    assert finding.hint.startswith("Update the trackers in the step: `m.update_state(loss)` for the `m` in "
+                                   "`self.metrics` named `\"loss\"`, then `return self.compute_metrics(x, y, y_pred, "
+                                   "sample_weight=None)`")
+    fixed = compiled.replace('        return {"loss": loss}  # probe-expect: TAP304\n',
+                             "        for m in self.metrics:\n"
+                             "            if m.name == \"loss\":\n"
+                             "                m.update_state(loss)\n"
+                             "        return self.compute_metrics(noisy, clean, self(noisy), sample_weight=None)\n")
+    assert fixed != compiled
+    findings, probed, plain = _run_variant(tmp_path, "compiled_metrics_updated.py", fixed)
+    assert findings == [] and probed == plain and len(probed[0]) == 8 and min(probed[0]) > 0

@@ -72,6 +72,7 @@ class Probe:
             from tapecheck.probe.metrics import MetricHooks
             from tapecheck.probe.pairing import GradientOrigins
             from tapecheck.probe.shims import CompiledLossHooks
+            from tapecheck.probe.steplogs import StepLogsHooks
             from tapecheck.probe.traced import TracedConditionHooks
             from tapecheck.probe.state import StateHooks, UpdateCount
             from tapecheck.probe.training import TrainingFlagHooks
@@ -91,9 +92,12 @@ class Probe:
             tapes.notes = optimizers.notes = state.notes = notes
             self._tapes = tapes
             metrics = MetricHooks(self.collector)
-            self._hooks = [tapes, metrics, optimizers, state, TrainingFlagHooks(self.collector, tapes),
-                           CompiledLossHooks(self.collector, metrics, tapes), TracedConditionHooks(self.collector, metrics),
-                           BuildHooks(self.collector, tapes)]
+            shims = CompiledLossHooks(self.collector, metrics, tapes)
+            steplogs = StepLogsHooks(self.collector, metrics, shims)
+            steplogs.notes = notes
+            self._hooks = [tapes, metrics, optimizers, state, TrainingFlagHooks(self.collector, tapes), shims,
+                           TracedConditionHooks(self.collector, metrics), BuildHooks(self.collector, tapes),
+                           steplogs]
             self._patcher = Patcher()
             for hooks in self._hooks:
                 hooks.install(self._patcher)
