@@ -2,8 +2,9 @@
 
 ## What it does
 Flags a second pass over a one-shot iterator: a name bound to `zip(...)`, `map(...)` or
-`filter(...)`, or the `grads_and_vars` parameter of an `apply_gradients` override (callers
-pass `zip(grads, variables)`), that the same run of the code iterates twice with no
+`filter(...)`, or the pairs parameter of an `apply_gradients` method (callers pass
+`zip(grads, variables)`) that is named `grads_and_vars`, belongs to an optimizer subclass,
+or is a wrapper handing pairs on to another `apply_gradients`, that the same run of the code iterates twice with no
 `list(...)`/`tuple(...)` rebinding it in between: two `for` loops or comprehensions over it,
 `list(...)`, `tuple(...)`, `sorted(...)`, `zip(*pairs)`, unpacking (`a, b = pairs`), or handing
 it to `apply_gradients`; also one such pass inside a loop that the iterator was made
@@ -64,7 +65,9 @@ Where the name is rebound before the second pass (`grads_and_vars = list(grads_a
 where the two passes are on exclusive paths (the two branches of an `if`/`else`, or the first
 ends its branch with a `return`/`raise`/`break`/`continue`), where a loop that holds the only
 pass ends with a `break`/`return` after it, and where the name is only handed to code whose
-use of it is unknown (a helper of the user's own, `any(...)`, `enumerate(...)`).
+use of it is unknown (a helper of the user's own, `any(...)`, `enumerate(...)`). A class of
+one's own whose `apply_gradients(self, gradients)` takes a list of gradients (no optimizer
+base, no pairs handed on) is not read as taking a `zip`.
 '''
 
 from __future__ import annotations
@@ -121,6 +124,17 @@ def train(opt, model, batches, tape_fn):
         grads = tape_fn(model, batch)
         pairs = zip(grads, model.trainable_variables)
         opt.apply_gradients(pairs)
+""",
+    # a class of one's own whose apply_gradients takes a list of gradients, not pairs
+    """
+class Worker:
+    def __init__(self, variables):
+        self.variables = variables
+    def apply_gradients(self, gradients):
+        norms = [abs(g) for g in gradients]
+        for index, g in enumerate(list(gradients)):
+            self.variables[index].assign_sub(0.1 * g)
+        return norms
 """,
     # a list of pairs, not an iterator; and an override that materialises into another name
     """
@@ -243,9 +257,24 @@ def _iterator_bindings(model, facts):
         if fn.name != "apply_gradients" or not fn.bound or len(fn.params) < 2:
             continue
         param = fn.params[1]
+        if not _takes_pairs(model, fn, param):
+            continue
         found = [a for a in model.assigns_named_in(fn.block.id, param) if a.kind == "param"]
         if found:
             yield found[0], "the pairs `apply_gradients` is given (callers pass `zip(grads, variables)`, an iterator)"
+
+
+def _takes_pairs(model, fn, param) -> bool:
+    """Whether a method `apply_gradients(self, param)` takes (gradient, variable) pairs the way an
+    optimizer's does: its parameter is called `grads_and_vars`, its class derives from an optimizer
+    (`keras.optimizers.Optimizer`, `tf.compat.v1.train.Optimizer`), or it hands pairs on to
+    another `apply_gradients` (a wrapper). A class of one's own taking a list of gradients is not."""
+    if param == "grads_and_vars":
+        return True
+    if any("optimizer" in base.lower() for cls in model.bases(fn.owner) for base in cls.bases):
+        return True
+    return any(c.method == "apply_gradients" or (c.func.kind == "super" and c.func.method == "apply_gradients")
+               for c in model.calls_in_scope(fn.block.id))
 
 
 def _exits_between(facts, first, second) -> bool:
