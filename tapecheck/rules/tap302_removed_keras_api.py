@@ -11,7 +11,8 @@ that old training loops and tutorials still make:
   `tf.GradientTape` and `apply_gradients`);
 - `keras.backend.set_learning_phase(...)` (pass `training=` to the model);
 - `optimizer.lr`, read or assigned (now `learning_rate`), also `self.lr` in an optimizer
-  subclass, and `lr=` passed to `super().__init__` there;
+  subclass, `lr=` passed to `super().__init__` there, and `optimizers[i].lr` on a list of
+  Keras optimizers (or `self.optimizer[i].lr` in a model compiled with one);
 - an optimizer subclass implementing OptimizerV2's hooks (`_resource_apply_dense`,
   `_create_slots`...) instead of `update_step`: Keras 3 never calls them;
 - `model.fit_generator`, `evaluate_generator`, `predict_generator`, `predict_classes`,
@@ -152,6 +153,20 @@ def screen(source: bytes) -> bool:
 
 
 VALID = [
+    # `lr` of items of a list not known to hold Keras optimizers (schedules of one's own), and
+    # `learning_rate` of a list of optimizers
+    """
+import keras
+class Schedules:
+    def __init__(self, steps):
+        self.stages = [Stage(lr=0.1) for _ in range(steps)]
+        self.optimizers = [keras.optimizers.Ftrl(0.01), keras.optimizers.Adam(1e-3)]
+    def rate(self, i):
+        return self.stages[i].lr, self.optimizers[i].learning_rate
+class Stage:
+    def __init__(self, lr):
+        self.lr = lr
+""",
     # one optimizer to compile; a list of optimizers kept for a loop of one's own
     """
 import keras
@@ -268,6 +283,17 @@ Trainer(0.1).fit_generator([1, 2])
 ]
 
 INVALID = [
+    # an item of a list of optimizers, read and assigned
+    """
+import keras
+class TwoRates:
+    def __init__(self):
+        self.optimizers = [keras.optimizers.Ftrl(0.01), keras.optimizers.Adam(1e-3)]
+    def current(self):
+        return self.optimizers[1].lr.numpy()  # expect: TAP302
+opts = (keras.optimizers.SGD(0.1), keras.optimizers.Adam(1e-3))
+opts[0].lr = 0.01  # expect: TAP302
+""",
     # a wide-and-deep model given one optimizer per part
     """
 import tensorflow as tf
@@ -752,8 +778,50 @@ def _feature_tested(model, site) -> bool:
     return False
 
 
+def _optimizer_list(model, facts, container: str, site) -> bool:
+    """Whether `container` holds a list of Keras optimizers at `site`: bound only to list or
+    tuple literals each of whose items builds one (`[keras.optimizers.Ftrl(...), Adam(...)]`),
+    or a model's `self.optimizer` in a class that compiles itself with such a list (Keras 2)."""
+    assigns = model.assigns_of(container, site)
+    if assigns:
+        return all(
+            a.kind == "assign" and a.value is not None and a.value.kind in ("list", "tuple") and a.value.elements
+            and all(item.kind == "call" and not _is_legacy(model.resolved(item.func_text, a.site))
+                    and is_keras_class(model.resolved(item.func_text, a.site), "optimizers")
+                    for item in a.value.elements)
+            for a in assigns)
+    head, _, attribute = container.partition(".")
+    klass = model.self_class(head, site)
+    if attribute != "optimizer" or klass is None:
+        return False
+    return any(_compiles_optimizer_list(model, facts, call) and fn.owner is klass
+               for fn in model.methods(klass) for call in model.calls_in_scope(fn.block.id))
+
+
+def _item_lr_attributes(facts, model):
+    """`opts[i].lr` on a list of Keras optimizers, read (AttributeError) or assigned (nothing changes)."""
+    for container, attribute, site, stored in facts.item_attributes:
+        if attribute != "lr" or _feature_tested(model, site) or not _optimizer_list(model, facts, container, site):
+            continue
+        if stored:
+            yield _with(report(
+                facts, site, CODE,
+                f"`{container}[...].lr = ...` sets a new attribute on a Keras 3 optimizer: its learning rate "
+                "does not change (no error, no warning)",
+                f"Assign `{container}[...].learning_rate = ...`.",
+            ), "lr-attribute", None)
+        else:
+            yield _with(report(
+                facts, site, CODE,
+                f"`{container}[...].lr`: Keras 3 optimizers have no `lr` attribute: AttributeError",
+                f"Read `{container}[...].learning_rate`.",
+            ), "lr-attribute", None)
+
+
 def _lr_attributes(facts, model, optimizers):
     """`opt.lr` read (AttributeError) or assigned (a new attribute: the rate does not change)."""
+    if facts.item_attributes:
+        yield from _item_lr_attributes(facts, model)
     read_lines = set()
     for use in facts.uses:
         parts = use.name.split(".")
