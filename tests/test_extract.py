@@ -65,3 +65,20 @@ def test_node_types_compared_by_class_have_no_subclasses():
         kind = getattr(cst, name)
         assert kind.__subclasses__() == [], name
         assert abc._get_dump(kind)[0] == set(), name  # no class registered as a virtual subclass
+
+
+def test_an_attribute_of_an_item_is_recorded_by_its_container_without_an_order_of_its_own():
+    """`opts[1].lr` has no dotted name: the facts keep it as (container, attribute, site, stored),
+    its site taking the order of the item's last event (no event of its own is added)."""
+    from tapecheck.lint.source import facts_of
+
+    source = b"opts = [a, b]\nopts[0].lr = 0.1\nx = self.optimizer[1].lr.numpy()\ny = f()[0].lr\n"
+    facts = facts_of(source, "items.py")
+    found = [(container, attribute, site.line, stored) for container, attribute, site, stored in facts.item_attributes]
+    assert found == [("opts", "lr", 2, True), ("self.optimizer", "lr", 3, False)]
+    # the read comes after the binding it reads (its order is that of the item's last event)
+    binding = next(a for a in facts.assigns if a.target == "opts")
+    assert all(site.order > binding.site.order for _, _, site, _ in facts.item_attributes)
+    orders = sorted([u.site.order for u in facts.uses] + [a.site.order for a in facts.assigns]
+                    + [c.site.order for c in facts.calls])
+    assert orders == list(range(1, len(orders) + 1))  # every event still has its own order, none skipped

@@ -222,6 +222,10 @@ class FactsBuilder(FastVisitor):
             self.facts.assigns.append(Assign(name, site, value, kind))
             return site
         # a subscript or an attribute of a call: a store into something, read it as a use
+        if target.__class__ is cst.Attribute:
+            self._visit(target.value, "other")
+            self._item_attribute(target, True)
+            return None
         self._visit(target, "other")
         if target.__class__ is cst.Subscript and value is not None:
             container = dotted_name(target.value)
@@ -601,7 +605,18 @@ class FactsBuilder(FastVisitor):
             self.facts.uses.append(Use(name, self._site(node), self._context[-1]))
         else:
             self._visit(node.value)
+            self._item_attribute(node, False)
         return False
+
+    def _item_attribute(self, node: cst.Attribute, stored: bool) -> None:
+        """Record `x[i].attr` (read, or assigned to when `stored`) for the rules, by its container."""
+        if node.value.__class__ is cst.Subscript:
+            container = dotted_name(node.value.value)
+            if container:  # the order of the item's last event: no order of its own, the other facts stay as they were
+                start = self._start(node)
+                site = Site(start.line + self._line_offset, start.column + 1, self._order, self._block_stack[-1],
+                            self._comprehension > 0)
+                self.facts.item_attributes.append((container, node.attr.value, site, stored))
 
     def visit_Name(self, node: cst.Name):
         self.facts.uses.append(Use(node.value, self._site(node), self._context[-1]))

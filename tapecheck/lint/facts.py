@@ -186,6 +186,9 @@ class FileFacts:
     sums: list[tuple[tuple[int, int], ...]] = field(default_factory=list)  # per `a + b - c` (and `+=`): each term's orders
     differences: list[tuple[int, int]] = field(default_factory=list)  # the order spans of the sums that subtract a term
     stores: list[Assign] = field(default_factory=list)  # `d[k] = v`: target is the container (`d`), kind "store"
+    # `x[i].attr` (an attribute of an item, which no dotted name holds): (container `x`, `attr`, site,
+    # whether it is assigned to)
+    item_attributes: list[tuple[str, str, Site, bool]] = field(default_factory=list)
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
     relative_imports: dict[str, str] = field(default_factory=dict)  # `from .models import Net`: Net -> models.Net
     model: object = field(default=None, repr=False)  # the program model (tapecheck.model), built on demand

@@ -11,7 +11,8 @@ that old training loops and tutorials still make:
   `tf.GradientTape` and `apply_gradients`);
 - `keras.backend.set_learning_phase(...)` (pass `training=` to the model);
 - `optimizer.lr`, read or assigned (now `learning_rate`), also `self.lr` in an optimizer
-  subclass, and `lr=` passed to `super().__init__` there;
+  subclass, `lr=` passed to `super().__init__` there, and `optimizers[i].lr` on a list of
+  Keras optimizers (or `self.optimizer[i].lr` in a model compiled with one);
 - an optimizer subclass implementing OptimizerV2's hooks (`_resource_apply_dense`,
   `_create_slots`...) instead of `update_step`: Keras 3 never calls them;
 - `model.fit_generator`, `evaluate_generator`, `predict_generator`, `predict_classes`,
@@ -22,7 +23,12 @@ that old training loops and tutorials still make:
   `save_format=`: to a `.keras` or `.h5` file Keras 3 only warns about it),
   `model.load_weights` of a TensorFlow checkpoint, and a `ModelCheckpoint` whose file
   name does not end as its `save_weights_only` needs. A call inside
-  `with self.assertRaises(...)` or `pytest.raises(...)` (a test of the error) is left alone.
+  `with self.assertRaises(...)` or `pytest.raises(...)` (a test of the error) is left alone;
+- `compile(optimizer=[opt1, opt2])` on a Keras model, a list or tuple of optimizers (one
+  per part of a wide-and-deep model, applied by its own `train_step`): Keras 2's
+  `compile` mapped over a nested structure of optimizers; Keras 3.15 takes one and
+  raises `ValueError: Could not interpret optimizer identifier: [<...Adam object...>,
+  ...]` (measured).
 
 A model is known as such when the name is bound to a Keras model (a `Sequential`, a
 functional `Model`, a subclass of one, `load_model`, an application, or a function
@@ -122,6 +128,7 @@ KERAS_NEEDLES = (b"fit_generator", b"evaluate_generator", b"predict_generator", 
                  b"predict_proba", b"save_weights", b"load_weights", b"ModelCheckpoint")
 LR_ATTRIBUTE = re.compile(rb"\.[\s\\]*lr\b")  # `opt.lr`, even `opt. lr`
 SAVE_CALL = re.compile(rb"\.[\s\\]*save[\s\\]*\(")
+OPTIMIZER_LIST = re.compile(rb"optimizer[ \t]*=[\s\\]*[\[(]")  # `compile(optimizer=[...])`
 
 
 def screen(source: bytes) -> bool:
@@ -137,6 +144,8 @@ def screen(source: bytes) -> bool:
         return True
     if b"save" in source and SAVE_CALL.search(source) is not None:
         return True
+    if b"compile" in source and OPTIMIZER_LIST.search(source) is not None:
+        return True
     return b"optimizers" in source and (
         b"legacy" in source or b"minimize" in source
         or LR_KEYWORD.search(source) is not None or DECAY_KEYWORD.search(source) is not None
@@ -144,6 +153,43 @@ def screen(source: bytes) -> bool:
 
 
 VALID = [
+    # `lr` of items of a list not known to hold Keras optimizers (schedules of one's own), and
+    # `learning_rate` of a list of optimizers
+    """
+import keras
+class Schedules:
+    def __init__(self, steps):
+        self.stages = [Stage(lr=0.1) for _ in range(steps)]
+        self.optimizers = [keras.optimizers.Ftrl(0.01), keras.optimizers.Adam(1e-3)]
+    def rate(self, i):
+        return self.stages[i].lr, self.optimizers[i].learning_rate
+class Stage:
+    def __init__(self, lr):
+        self.lr = lr
+""",
+    # one optimizer to compile; a list of optimizers kept for a loop of one's own
+    """
+import keras
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+optimizers = [keras.optimizers.Ftrl(1e-4), keras.optimizers.Adam(1e-3)]
+""",
+    # a wrapper of unknown origin (a library's own model may take a list), and a class whose
+    # own `compile` takes the list
+    """
+import keras
+import gplib
+def fit(base, data):
+    model = gplib.NatGradWrapper(base)
+    model.compile(optimizer=[gplib.NaturalGradient(1.0), keras.optimizers.Adam(0.01)])
+    model.fit(data)
+class TwoOptimizerModel(keras.Model):
+    def compile(self, optimizer, **kwargs):
+        self.optimizers = list(optimizer)
+        super().compile(optimizer=self.optimizers[0], **kwargs)
+    def setup(self):
+        self.compile(optimizer=[keras.optimizers.SGD(0.1), keras.optimizers.Adam()])
+""",
     # code written for both Keras versions; a Keras 3 optimizer subclass done right
     """
 import tensorflow as tf
@@ -237,6 +283,35 @@ Trainer(0.1).fit_generator([1, 2])
 ]
 
 INVALID = [
+    # an item of a list of optimizers, read and assigned
+    """
+import keras
+class TwoRates:
+    def __init__(self):
+        self.optimizers = [keras.optimizers.Ftrl(0.01), keras.optimizers.Adam(1e-3)]
+    def current(self):
+        return self.optimizers[1].lr.numpy()  # expect: TAP302
+opts = (keras.optimizers.SGD(0.1), keras.optimizers.Adam(1e-3))
+opts[0].lr = 0.01  # expect: TAP302
+""",
+    # a wide-and-deep model given one optimizer per part
+    """
+import tensorflow as tf
+class WideDeep(tf.keras.Model):
+    def compile(self, wide_lr=1e-4, deep_lr=1e-3):
+        super().compile(optimizer=[tf.keras.optimizers.Ftrl(wide_lr), tf.keras.optimizers.Adam(deep_lr)], loss="bce")  # expect: TAP302
+""",
+    # a base model from another module of the project, and a functional model compiled with a tuple
+    """
+import keras
+from project.models import BaseModel
+class WideDeep(BaseModel):
+    def compile(self, loss, wide_lr, deep_lr):
+        super(BaseModel, self).compile(optimizer=[keras.optimizers.Ftrl(wide_lr), keras.optimizers.Adam(deep_lr)], loss=loss)  # expect: TAP302
+inputs = keras.Input((3,))
+model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+model.compile(optimizer=(keras.optimizers.SGD(0.1), keras.optimizers.Adam()), loss="mse")  # expect: TAP302
+""",
     # an optimizer subclass written for Keras 2: `lr=` to the base, `self.lr` read
     """
 import tensorflow as tf
@@ -497,6 +572,33 @@ def check(facts):
     return _check(facts, model_of(facts))
 
 
+def _compiles_optimizer_list(model, facts, call) -> bool:
+    """`compile(optimizer=[...])` (a list or tuple literal, by keyword or first by position) on
+    what is known to be a Keras model: a name holding one, `self` in a Model subclass, or
+    `super().compile` there (or in a class deriving from an imported class, when the list
+    builds Keras optimizers). A class of the file that defines its own `compile` is its own API."""
+    if call.method != "compile" and not (call.func.kind == "super" and call.func.method == "compile"):
+        return False
+    given = call.arg(0, "optimizer")
+    if given is None or given.kind not in ("list", "tuple"):
+        return False
+    if call.func.kind == "super":
+        fn = model.functions.get(facts.scope_of(call.site))
+        if fn is None or fn.owner is None:
+            return False
+        if model.is_model_class(fn.owner):
+            return True
+        # a base from another module (`class WideDeep(BaseModel)`): Keras optimizers in the list say it
+        return (any(model.local_class(base) is None for base in fn.owner.bases)
+                and any(item.kind == "call" and is_keras_class(model.resolved(item.func_text, call.site), "optimizers")
+                        for item in given.elements if item.func_text))
+    klass = model.self_class(call.receiver, call.site)
+    if klass is not None:
+        return model.is_model_class(klass) and all(
+            model.method_of_block(cls, "compile") is None for cls in model.bases(klass))
+    return model.holds_a_model(call.receiver, call.site)
+
+
 def _check(facts, model):
     metrics = metric_bindings(facts)
     yield from _optimizer_v2_hooks(facts, model)
@@ -524,6 +626,15 @@ def _check(facts, model):
                 f"`{call.func.text}()` was removed from Keras 3 models: AttributeError",
                 f"Call {GENERATOR_METHODS[call.method]}.",
             ), call.method, None)
+            continue
+        if _compiles_optimizer_list(model, facts, call):
+            yield _with(report(
+                facts, call.site, CODE,
+                f"`{call.func.text or 'super().compile'}(optimizer=[...])` is given a list of optimizers; a Keras 3 "
+                "model takes one: ValueError (`Could not interpret optimizer identifier`)",
+                "Keep the optimizers on the model yourself (`self.optimizers = [...]`), apply each part's "
+                "gradients with its own in `train_step`, and compile with one (or none).",
+            ), "compile-optimizer-list", None)
             continue
         if callee in LEARNING_PHASE:
             yield _with(report(
@@ -667,8 +778,50 @@ def _feature_tested(model, site) -> bool:
     return False
 
 
+def _optimizer_list(model, facts, container: str, site) -> bool:
+    """Whether `container` holds a list of Keras optimizers at `site`: bound only to list or
+    tuple literals each of whose items builds one (`[keras.optimizers.Ftrl(...), Adam(...)]`),
+    or a model's `self.optimizer` in a class that compiles itself with such a list (Keras 2)."""
+    assigns = model.assigns_of(container, site)
+    if assigns:
+        return all(
+            a.kind == "assign" and a.value is not None and a.value.kind in ("list", "tuple") and a.value.elements
+            and all(item.kind == "call" and not _is_legacy(model.resolved(item.func_text, a.site))
+                    and is_keras_class(model.resolved(item.func_text, a.site), "optimizers")
+                    for item in a.value.elements)
+            for a in assigns)
+    head, _, attribute = container.partition(".")
+    klass = model.self_class(head, site)
+    if attribute != "optimizer" or klass is None:
+        return False
+    return any(_compiles_optimizer_list(model, facts, call) and fn.owner is klass
+               for fn in model.methods(klass) for call in model.calls_in_scope(fn.block.id))
+
+
+def _item_lr_attributes(facts, model):
+    """`opts[i].lr` on a list of Keras optimizers, read (AttributeError) or assigned (nothing changes)."""
+    for container, attribute, site, stored in facts.item_attributes:
+        if attribute != "lr" or _feature_tested(model, site) or not _optimizer_list(model, facts, container, site):
+            continue
+        if stored:
+            yield _with(report(
+                facts, site, CODE,
+                f"`{container}[...].lr = ...` sets a new attribute on a Keras 3 optimizer: its learning rate "
+                "does not change (no error, no warning)",
+                f"Assign `{container}[...].learning_rate = ...`.",
+            ), "lr-attribute", None)
+        else:
+            yield _with(report(
+                facts, site, CODE,
+                f"`{container}[...].lr`: Keras 3 optimizers have no `lr` attribute: AttributeError",
+                f"Read `{container}[...].learning_rate`.",
+            ), "lr-attribute", None)
+
+
 def _lr_attributes(facts, model, optimizers):
     """`opt.lr` read (AttributeError) or assigned (a new attribute: the rate does not change)."""
+    if facts.item_attributes:
+        yield from _item_lr_attributes(facts, model)
     read_lines = set()
     for use in facts.uses:
         parts = use.name.split(".")
