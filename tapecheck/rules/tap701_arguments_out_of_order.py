@@ -59,9 +59,9 @@ def critic_step(critic, target_critic, optimizer, obs, next_obs, rewards, discou
 Pass arguments whose order is easy to get wrong by keyword.
 
 ## Where it stays silent
-Only in training code: a call to a loss helper (a function named `...loss...`) or to a
-function that opens a `GradientTape` (a training step, or a builder of one), a call
-the tape records, or one made by `call`/`__call__`/`train_step`/`compute_loss` of a
+Only in training code: a call to a loss helper (a function named `...loss...`), to a
+function that opens a `GradientTape` (a training step, or a builder of one) from a file
+that names an optimizer (it sets up that training), a call the tape records, or one made by `call`/`__call__`/`train_step`/`compute_loss` of a
 Keras layer, model or loss: library code reorders parameters on purpose
 (`assert_greater(x, y)` written as `assert_less(y, x)`). Only
 functions whose definition is in the linted files, called by their name, by
@@ -88,8 +88,9 @@ SUMMARY = "a variable passed by position to a project function whose parameter t
 
 
 # Training code, as `_training_code` reads it: a callee named `...loss...`, a tape recording (the
-# word `tape` is in every file that makes or names one), or a training method of a class.
-TRAINING_TEXT = re.compile(rb"(?i:loss|tape)|def\s+(?:call|__call__|train_step|test_step|compute_loss)\b")
+# word `tape` is in every file that makes or names one), a callee that opens a tape called from a
+# file naming an optimizer, or a training method of a class.
+TRAINING_TEXT = re.compile(rb"(?i:loss|tape|optimizer)|def\s+(?:call|__call__|train_step|test_step|compute_loss)\b")
 
 
 def screen(source: bytes) -> bool:
@@ -148,6 +149,19 @@ def make_step(model, name, learning_rate, clip_norm):
     else:
         build = build_adam_step
     return build(model, learning_rate, clip_norm)
+""",
+    # a function that opens a tape, called from a file that names no optimizer: not training set-up
+    """
+import tensorflow as tf
+def saliency(model, images, target_class=None, labels=None):
+    images = tf.convert_to_tensor(images)
+    with tf.GradientTape() as tape:
+        tape.watch(images)
+        scores = model(images)
+        picked = tf.gather(scores, target_class, axis=1, batch_dims=1) if target_class is not None else scores
+    return tape.gradient(picked, images)
+def explain(model, images, labels):
+    return saliency(model, images, labels)  # the labels are the classes to explain
 """,
     # a function that swaps its own arguments (canonical order)
     """
@@ -293,6 +307,17 @@ def _swapped_back(model, call, index: int, own: int, function: Function) -> bool
     return False
 
 
+def _names_an_optimizer(model) -> bool:
+    """Whether a name read or bound in this file says `optimizer` (`optimizer_fn`, `self.optimizer`,
+    `optimizer_name`): the file sets up training. (The screen's `optimizer` is then in its bytes.)"""
+    memo = model.memo.get("tap701-optimizer")
+    if memo is None:
+        facts = model.facts
+        names = [use.name for use in facts.uses] + [assign.target for assign in facts.assigns]
+        memo = model.memo["tap701-optimizer"] = any("optimizer" in (name or "").lower() for name in names)
+    return memo
+
+
 TRAINING_METHODS = frozenset({"call", "__call__", "train_step", "test_step", "compute_loss"})
 
 
@@ -300,12 +325,14 @@ def _training_code(model, call, function: Function) -> bool:
     """Where an argument given to the wrong parameter trains the wrong thing, and where swaps on
     purpose are rare: a loss helper (`...loss...`), a call the tape records, or a method of a
     Keras layer, model or loss that runs in training. Library code that reorders its own
-    parameters (`assert_greater(x, y)` as `assert_less(y, x)`) is none of these."""
+    parameters (`assert_greater(x, y)` as `assert_less(y, x)`) is none of these. A function that
+    opens a tape (a training step, or a builder of one) counts where this file names an optimizer:
+    it sets up the training that function runs."""
     if "loss" in function.name.lower():
         return True
-    if function.model is not None and function.model.opens_tape(function.block.id):
-        return True  # it trains a model on a tape: a training step, or a builder of one
     facts = model.facts
+    if function.model is not None and function.model.opens_tape(function.block.id) and _names_an_optimizer(model):
+        return True  # it trains a model on a tape (a training step, or a builder of one), set up here
     if facts.recording(call.site):
         return True
     klass = facts.enclosing_class(call.site)
