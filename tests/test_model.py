@@ -423,6 +423,44 @@ def test_a_name_bound_in_both_branches_of_an_if_else_reaches_the_site_from_each(
 
 
 
+def test_a_name_picked_by_an_if_else_may_hold_each_branchs_function():
+    m = model("""
+        import tensorflow as tf
+        def build_sgd(model, rate):
+            def step(x):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_sum(model(x))
+                return tape.gradient(loss, model.trainable_variables)
+            return step
+        def build_adam(model, rate):
+            return None
+        def pick(name, fallback, model):
+            if name == "sgd":
+                build = build_sgd
+            else:
+                build = build_adam
+            if name == "x":
+                maybe = build_sgd
+            else:
+                maybe = fallback
+            def later():
+                return build(model, 0.1)
+            return build(model, 0.1), maybe(model, 0.1), later()
+    """)
+    calls = {}
+    for call in m.facts.calls:
+        calls.setdefault(call.func.text, []).append(call)
+    here, inner = calls["build"][1].site, calls["build"][0].site
+    assert m.binding("build", here) is None  # two different functions: no one answer
+    assert [f.name for f in m.candidates("build", here)] == ["build_sgd", "build_adam"]
+    assert [f.name for f in m.candidates("build", inner)] == ["build_sgd", "build_adam"]  # a closure
+    assert m.candidates("maybe", calls["maybe"][0].site) is None  # a parameter in one branch: unknown
+    assert m.candidates("model", here) is None
+    functions = {f.name: f for f in m.candidates("build", here)}
+    assert m.opens_tape(functions["build_sgd"].block.id)  # in the step it returns
+    assert not m.opens_tape(functions["build_adam"].block.id)
+
+
 def test_the_one_reaching_answer_serves_every_query_after_an_if_else():
     source = """
     import tensorflow as tf

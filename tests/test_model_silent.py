@@ -286,3 +286,16 @@ def test_a_keras_3_step_returning_its_loss_with_no_tracker_logs_zero():
     assert min(truth) > 0.01
     assert good_val_loss == pytest.approx(good_truth, rel=1e-4)  # the tracker logs the real loss
     assert all(value > 0.005 for value in good_loss)
+
+
+def test_a_clipping_norm_passed_by_position_to_a_picked_builder_becomes_its_l2_strength():
+    bad = run_with_modules("bad", "federated_client_builder_args.py", 20)
+    good = run_with_modules("good", "federated_client_builder_args.py", 20)
+    assert good < 1e-4  # plain federated averaging fits the linear targets
+    assert bad > 1.0  # every client pulled toward zero with strength 5 (10.7, measured)
+
+
+def test_the_argument_finding_names_every_builder_the_call_may_run():
+    (finding,) = lint_file(str(ROOT / "bad" / "federated_client_builder_args.py")).findings
+    assert "`build_sgd_client_update`" in finding.message and "`build_momentum_client_update`" in finding.message
+    assert "`clip_norm` is its 4th parameter" in finding.message

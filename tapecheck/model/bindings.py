@@ -60,6 +60,26 @@ class Bindings:
             scope = self._enclosing(scope)
         return self._imported(name, depth)
 
+    def candidates(self, name: str, site: Site) -> tuple | None:
+        """Every value a plain name may hold at `site`, one per binding that may reach it
+        (`assigns_reaching`: `if sgd: build = a.f` / `else: build = a.g` gives both, in its
+        scope or in the function enclosing a closure), repeats left out. None when some path may
+        not bind it there, or one binding's value is unknown (a parameter, a call's result):
+        then nothing is known about what it holds."""
+        if not name or "." in name:
+            return None
+        reaching = self.assigns_reaching(name, site)
+        if not reaching or any(assign.kind not in ("assign", "def") for assign in reaching):
+            return None
+        values: list = []
+        for assign in reaching:
+            value = self._value_of(assign, 1)
+            if value is None:
+                return None
+            if value not in values:
+                values.append(value)
+        return tuple(values)
+
     def assigns_named_in(self, scope: int, name: str) -> list:
         """The bindings of `name` made in one scope, in the order of the facts (indexed once per file)."""
         return list(self._assigns_by_scope_name.get((scope, name), ()))

@@ -34,6 +34,12 @@ class Tapes:
                     break
         return sorted(uses, key=lambda use: use.call.site.order)
 
+    def opens_tape(self, block_id: int) -> bool:
+        """Whether a `with tf.GradientTape() as tape:` block sits in block `block_id` of this
+        file, or in a function nested in it (a builder whose returned step trains a model)."""
+        facts = self.facts
+        return any(block_id in facts.chain(with_block) for tape in facts.tapes for with_block in tape.with_blocks)
+
     def guarded(self, site: Site, outer: int, *, argument_tests_repeat: bool = False) -> bool:
         """Inside an `if`/`else`/`except`/`case` between block `outer` and the site, or after an early
         `return` under an `if` of the same function (`if self._built: return`): on some passes only.
