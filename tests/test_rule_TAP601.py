@@ -1,14 +1,15 @@
 """TAP601 loss-not-scaled-for-replicas: the fixtures in fixtures/distribute/, linted and run.
 
 The mistake is silent, so the run is compared numerically: each fixture trains one step
-under a `MirroredStrategy` over one or two logical CPU devices, in a subprocess (logical
-devices must be configured before anything else touches TensorFlow, and the other test
+under a `MirroredStrategy` over one or two logical CPU devices, in a subprocess per device count
+(logical devices must be configured before anything else touches TensorFlow, and the other test
 modules share one TensorFlow process). The bad fixture's weight moves twice as far on two
 devices as on one; the good twin moves the same distance on both.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -28,10 +29,11 @@ import json, runpy, sys, warnings
 warnings.simplefilter("ignore")
 import tensorflow as tf
 cpus = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * int(sys.argv[2]))
-namespace = runpy.run_path(sys.argv[1], run_name="tapecheck_fixture")
-model = namespace["main"](steps=1)
-print("KERNEL", json.dumps(model.trainable_variables[0].numpy().ravel().tolist()))
+tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * int(sys.argv[1]))
+for path in sys.argv[2:]:
+    namespace = runpy.run_path(path, run_name="tapecheck_fixture")
+    model = namespace["main"](steps=1)
+    print("KERNEL", json.dumps([path, model.trainable_variables[0].numpy().ravel().tolist()]))
 """
 
 
@@ -53,14 +55,22 @@ def test_good_fixture_is_clean(path):
     assert report.errors == [] and report.findings == []
 
 
+@functools.lru_cache(maxsize=None)
+def _kernels(devices: int) -> dict[str, list[float]]:
+    """Every fixture's first kernel after one step on `devices` replicas, from one subprocess
+    (one TensorFlow start per device count, not per fixture)."""
+    pytest.importorskip("tensorflow")
+    paths = [str(p) for p in (*BAD, *GOOD)]
+    done = subprocess.run([sys.executable, "-c", RUNNER, str(devices), *paths],
+                          capture_output=True, text=True, timeout=600)
+    kernels = dict(json.loads(line[len("KERNEL "):]) for line in done.stdout.splitlines() if line.startswith("KERNEL "))
+    assert done.returncode == 0 and set(kernels) == set(paths), done.stderr[-3000:]
+    return kernels
+
+
 def moved(path: Path, devices: int) -> float:
     """How far the first kernel weight moved (from 1.0) in one step on `devices` replicas."""
-    pytest.importorskip("tensorflow")
-    done = subprocess.run([sys.executable, "-c", RUNNER, str(path), str(devices)],
-                          capture_output=True, text=True, timeout=300)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("KERNEL ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
-    return 1.0 - json.loads(lines[-1][len("KERNEL "):])[0]
+    return 1.0 - _kernels(devices)[str(path)][0]
 
 
 @pytest.mark.parametrize("name", [p.name for p in BAD])
