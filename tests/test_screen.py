@@ -25,6 +25,23 @@ SPELLINGS = {
         "    for x in data:\n        acc.update_state(x)\n    print(acc.\\\n        result())\n"
     ),
     "TAP302-spaced-lr": "import tensorflow as tf\nopt = tf.keras.optimizers.Adam(lr = 0.1)\n",
+    "TAP502-comment-between": (
+        "import tensorflow as tf\ndef stop(x):\n    return (tf.reduce_all(x)  # done?\n            is\n            not False)\n"
+    ),
+    "TAP502-singleton-first": "import tensorflow as tf\ndef stop(x):\n    return (True)is(tf.reduce_all(x))\n",
+    "TAP502-crlf-comment": "import numpy as np\r\ndef f(x):\r\n    return (np.all(x) is  # c\r\n            0)\r\n",
+    "TAP304-continued-fit": (
+        "import tensorflow as tf\nfrom tensorflow import keras\nclass Regressor(keras.Model):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.dense = keras.layers.Dense(1)\n"
+        "    def call(self, x):\n        return self.dense(x)\n"
+        "    def train_step(self, data):\n        x, y = data\n"
+        "        with tf.GradientTape() as tape:\n            loss = tf.reduce_mean(tf.square(y - self(x, training=True)))\n"
+        "        grads = tape.gradient(loss, self.trainable_variables)\n"
+        "        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))\n"
+        "        return {\"loss\": loss}\n"
+        "def train(x, y):\n    model = Regressor()\n    model.compile(optimizer=\"adam\")\n"
+        "    return (model.  # Keras runs it\n            fit)(x, y, epochs=10)\n"
+    ),
     "TAP403-spaced-flag": (
         "import keras\nmodel = keras.Sequential([keras.layers.Dense(4), keras.layers.Dropout(0.5)])\n"
         "def val_step(x):\n    return model(x, training = True)\n"
@@ -49,6 +66,10 @@ NOT_ENOUGH = {
     "TAP106": b"import tensorflow as tf\nw = tf.Variable(1.0)\n",
     "TAP105": b"import tensorflow as tf\nwith tf.GradientTape() as tape:\n    pass\n",
     "TAP301": b"import keras\nm = keras.metrics.Mean()\n",
+    # `is None` everywhere, `is` in prose, a number in a name: no `is` beside True/False/a number
+    "TAP502": b"import tensorflow as tf\ndef f(x, axis=None):\n    # this is fine\n    return x is None or axis is not None\n",
+    # a plain loop's step function, never run by `fit`/`evaluate`
+    "TAP304": b"import tensorflow as tf\ndef train_step(x):\n    return x\nfor x in data:\n    train_step(x)\nmodel.fitness()\n",
 }
 
 

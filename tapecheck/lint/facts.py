@@ -97,16 +97,14 @@ class Call:
     # position -1 is a `*args`/`**kwargs` argument. Events before the first start are the callee's.
     arg_spans: tuple[tuple[int | str, int, int], ...] = ()
     spread: bool = False  # a `*args` argument is passed: what positions the others take is unknown
+    # worked out once from `func` (the rules ask for them hundreds of thousands of times a run):
+    method: str = field(init=False, default="", compare=False)  # `numpy` for `x.numpy()`; "" unless an attribute is called
+    receiver: str = field(init=False, default="", compare=False)  # `x` for `x.numpy()`, when the callee is dotted
 
-    @property
-    def method(self) -> str:
-        return self.func.text.rsplit(".", 1)[-1] if self.func.kind == "attribute" else ""
-
-    @property
-    def receiver(self) -> str:
-        if self.func.kind == "attribute" and "." in self.func.text:
-            return self.func.text.rsplit(".", 1)[0]
-        return ""
+    def __post_init__(self) -> None:
+        if self.func.kind == "attribute":
+            receiver, dot, method = self.func.text.rpartition(".")
+            self.method, self.receiver = method, receiver if dot else ""
 
     def arg(self, index: int, keyword: str) -> Expr | None:
         if keyword in self.keywords:
@@ -208,6 +206,7 @@ class FileFacts:
     _calls_by_scope: dict = field(default_factory=dict, repr=False, compare=False)
     _tapes_by_with: dict | None = field(default=None, repr=False, compare=False)  # with block -> tape indexes
     _assigns_by_scope: dict = field(default_factory=dict, repr=False, compare=False)
+    _resolved: dict = field(default_factory=dict, repr=False, compare=False)  # resolved_name: dotted -> resolved
 
     def _fresh(self) -> None:
         """Drop the per-file indexes when the facts grew since they were built (the walk adds as it goes)."""
@@ -309,6 +308,14 @@ class FileFacts:
         if origin is None:
             return dotted
         return f"{origin}.{rest}" if rest else origin
+
+    def resolved_name(self, dotted: str) -> str:
+        """`resolve(dotted)`, remembered per name: for the model and the rules, which ask after the
+        walk (the walk itself asks `resolve`, as the imports seen so far stand)."""
+        found = self._resolved.get(dotted)
+        if found is None:
+            found = self._resolved[dotted] = self.resolve(dotted)
+        return found
 
     def assigns_to(self, name: str, scope: int) -> list[Assign]:
         return [a for a in self.assigns if a.target == name and self.scope_of(a.site) == scope]

@@ -28,7 +28,26 @@ class Bindings:
         return self.functions.get(found.id)
 
     def binding(self, name: str, site: Site, depth: int = 0):
-        """What `name` refers to at `site`: a Function, a class Block, an Instance, or None (unknown)."""
+        """What `name` refers to at `site`: a Function, a class Block, an Instance, or None (unknown).
+
+        A question asked from outside (depth 0, no other binding being worked out on this model) is
+        answered once per name and site: every cache the answer reads is filled, never changed, by
+        the first answer, so a second one would be the same. A nested question is not remembered:
+        it may see a `self.` attribute still being worked out (`attribute`), unknown for now."""
+        if depth or self._binding_busy:
+            return self._binding(name, site, depth)
+        key = (name, site.order, site.block)
+        memo = self._bindings
+        if key in memo:
+            return memo[key]
+        self._binding_busy = True
+        try:
+            found = memo[key] = self._binding(name, site, 0)
+        finally:
+            self._binding_busy = False
+        return found
+
+    def _binding(self, name: str, site: Site, depth: int):
         if depth > MAX_ALIAS_DEPTH or not name:
             return None
         facts = self.facts

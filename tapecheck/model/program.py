@@ -59,6 +59,8 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         self._assigns_by_name: dict[str, list] | None = None  # assigns_named
         self._call_graph: dict[int, dict[int, int]] | None = None  # call_graph
         self.memo: dict = {}  # what a rule derives once per file (keyed by the rule's own names)
+        self._bindings: dict[tuple[str, int, int], object] = {}  # binding(name, site) asked from outside
+        self._binding_busy = False  # a binding is being worked out: nested questions are not remembered
         self._uses_by_attribute: dict[str, list] | None = None
         self.differences = frozenset(facts.differences)  # the order spans of the sums that subtract a term
         params: dict[int, list[str]] = {}

@@ -75,7 +75,8 @@ def method_of(call) -> str:
 
 
 def callee_of(facts, call) -> str:
-    return facts.resolve(call.func.text) if call.func.text else ""
+    text = call.func.text
+    return facts.resolved_name(text) if text else ""
 
 
 def is_metadata(name: str) -> bool:

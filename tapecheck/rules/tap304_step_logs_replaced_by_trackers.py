@@ -96,13 +96,29 @@ logged as returned.
 
 from __future__ import annotations
 
+import re
+
 from tapecheck.model import Instance, model_of
 from tapecheck.rules._common import report
 
 CODE = "TAP304"
 NAME = "step-logs-replaced-by-trackers"
 SUMMARY = "a Keras 3 train_step/test_step returning {\"loss\": loss} with no tracker: fit logs 0.0"
-TRIGGERS = (b"_step",)
+
+# `.fit` / `.evaluate` called as a method: between the dot and the name, any whitespace, line
+# continuations and (inside brackets) comments. Starts with a literal (found at memchr speed).
+RUN_CALL = re.compile(rb"\.(?:[\s\\]|#[^\r\n]*[\r\n])*(?:fit|evaluate)\b")
+
+
+def screen(source: bytes) -> bool:
+    """A method named `train_step` or `test_step` (the name as written), and a `fit` or
+    `evaluate` method called here: the rule reports a step only with such a run in the file.
+    (`_step` alone let every plain loop's `def train_step(...)` through to a parse.)"""
+    if b"train_step" not in source and b"test_step" not in source:
+        return False
+    if b"fit" not in source and b"evaluate" not in source:
+        return False
+    return RUN_CALL.search(source) is not None
 
 STEPS = frozenset({"train_step", "test_step"})
 
