@@ -157,27 +157,19 @@ def test_compiled_loss_used_as_keras_3_means_it_is_not_reported(tmp_path):
                         "self.compiled_loss(x, x_hat, regularization_losses=self.losses)")
     right = right.replace("total = reconstruction + tf.add_n(self.losses)", "total = reconstruction")
     assert "regularization_losses=self.losses)\n" in right and "total = reconstruction\n" in right
-    path = tmp_path / "right_compiled_loss.py"
-    path.write_text(right, encoding="utf-8")
-    (tmp_path / "_data.py").write_text((FOLDER / "_data.py").read_text(encoding="utf-8"), encoding="utf-8")
-    sys.path.insert(0, str(tmp_path))
-    sys.modules.pop("_data", None)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            module = runpy.run_path(str(path), run_name="keras26_fixture")
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            with tapecheck.probe() as p:
-                losses, norm = module["main"]()
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("_data", None)
+    with _variant_module(tmp_path, "right_compiled_loss.py", right) as module, warnings.catch_warnings(), \
+            contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        with tapecheck.probe() as p:
+            losses, norm = module["main"]()
     assert p.findings == []
     assert norm == 2.1046  # one penalty: the Keras 3 twin's weights (the bad one's, twice: 1.4982)
 
 
-def _run_variant(tmp_path, name, text):
+@contextlib.contextmanager
+def _variant_module(tmp_path, name, text):
+    """A variant of a fixture, written to `tmp_path` beside the folder's `_data.py` and loaded
+    (its `main` not run); `sys.path` and `sys.modules` are put back on exit."""
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     (tmp_path / "_data.py").write_text((FOLDER / "_data.py").read_text(encoding="utf-8"), encoding="utf-8")
@@ -187,14 +179,19 @@ def _run_variant(tmp_path, name, text):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             module = runpy.run_path(str(path), run_name="keras26_fixture")
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            with tapecheck.probe() as p:
-                probed = module["main"]()
-            plain = module["main"]()
+        yield module
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("_data", None)
+
+
+def _run_variant(tmp_path, name, text):
+    with _variant_module(tmp_path, name, text) as module, warnings.catch_warnings(), \
+            contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        with tapecheck.probe() as p:
+            probed = module["main"]()
+        plain = module["main"]()
     return p.findings, probed, plain
 
 
@@ -370,22 +367,12 @@ def test_metrics_given_to_compile_that_a_returned_loss_leaves_unbuilt_are_explai
     compiled = bad.replace("model.compile(optimizer=keras.optimizers.Adam(0.01))",
                            'model.compile(optimizer=keras.optimizers.Adam(0.01), metrics=["mae"])')
     assert compiled != bad
-    path = tmp_path / "compiled_metrics_unbuilt.py"
-    path.write_text(compiled, encoding="utf-8")
-    (tmp_path / "_data.py").write_text((FOLDER / "_data.py").read_text(encoding="utf-8"), encoding="utf-8")
-    sys.path.insert(0, str(tmp_path))
-    sys.modules.pop("_data", None)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            module = runpy.run_path(str(path), run_name="keras26_fixture")
-            before = patched_objects()
-            with pytest.raises(ValueError, match="has not yet been built"), tapecheck.probe() as p:
-                module["main"]()
-            assert_restored(before)
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("_data", None)
+    with _variant_module(tmp_path, "compiled_metrics_unbuilt.py", compiled) as module, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = patched_objects()
+        with pytest.raises(ValueError, match="has not yet been built"), tapecheck.probe() as p:
+            module["main"]()
+        assert_restored(before)
     (finding,) = p.findings
     assert (finding.line, finding.code, finding.details["cause"]) == (39, "TAP304", "metrics-never-updated")
     assert finding.details["explains"] == "ValueError: Cannot get result() since the metric has not yet been built."
