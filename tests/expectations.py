@@ -1,4 +1,4 @@
-"""Read `# expect: TAP101, TAP103` annotations: the findings a line must produce."""
+"""Read `# expect: TAP101, TAP103` annotations: the findings a line must produce; lint one fixture."""
 
 from __future__ import annotations
 
@@ -18,3 +18,12 @@ def expected(source: str) -> list[tuple[int, str]]:
 
 def found(findings) -> list[tuple[int, str]]:
     return sorted((f.line, f.code) for f in findings)
+
+
+def findings_of(path) -> list:
+    """The findings of linting one fixture file on its own (one process, no error allowed)."""
+    from tapecheck.lint import lint_paths
+
+    report = lint_paths([str(path)], jobs=1)
+    assert report.errors == []
+    return report.findings

@@ -13,17 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from expectations import expected, found
-from tapecheck.lint import lint_paths
+from expectations import expected, findings_of, found
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "silent"
 NAME = "weight_norm_layer.py"
-
-
-def findings_of(path: Path):
-    report = lint_paths([str(path)], jobs=1)
-    assert report.errors == []
-    return report.findings
 
 
 def test_the_bad_layer_gives_exactly_its_finding():

@@ -15,17 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from expectations import expected, found
-from tapecheck.lint import lint_paths, lint_source
+from expectations import expected, findings_of, found
+from tapecheck.lint import lint_source
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "silent"
 NAME = "two_optimizer_finetune.py"
-
-
-def findings_of(path: Path):
-    report = lint_paths([str(path)], jobs=1)
-    assert report.errors == []
-    return report.findings
 
 
 def test_the_bad_wrapper_gives_exactly_its_finding():
