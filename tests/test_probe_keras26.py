@@ -332,6 +332,24 @@ def test_a_step_dict_replaced_by_trackers_is_reported_by_the_probe_where_the_lin
         assert train.details["model"] == "model" and train.col == 9
 
 
+def test_a_step_dict_held_in_a_name_gets_a_hint_that_names_no_variable_it_cannot_see(tmp_path):
+    """The step returns `logs`, a dict built from `recon`: the probe cannot read which name holds the loss, so
+    the hint asks for the returned value instead of naming a `loss` the step does not have."""
+    bad = (FOLDER / "bad_step_returns_loss.py").read_text(encoding="utf-8")
+    text = bad.replace("            loss = tf.reduce_mean(", "            recon = tf.reduce_mean(")
+    text = text.replace("        grads = tape.gradient(loss, ", "        grads = tape.gradient(recon, ")
+    text = text.replace('        return {"loss": loss}  # probe-expect: TAP304\n',
+                        '        logs = {"loss": recon}\n        return logs\n')
+    assert "recon = tf" in text and "gradient(recon, " in text and "return logs" in text
+    findings, probed, plain = _run_variant(tmp_path, "logs_in_a_name.py", text)
+    assert probed == plain
+    (finding,) = findings
+    assert (finding.code, finding.line) == ("TAP304", 33)  # no `return {...}` with these keys: the step's `def`
+    assert "update_state(loss)" not in finding.hint
+    assert ('`self.loss_tracker.update_state(...)` with the value the step returns as `"loss"`, then '
+            "`return {m.name: m.result() for m in self.metrics}`") in finding.hint
+
+
 def test_the_step_logs_check_runs_at_each_epoch_end_not_at_each_step(monkeypatch):
     """Nothing is added to a step: the check is entered once per epoch of `fit` (8 epochs of 4 batches), from
     Keras's own end-of-epoch call, and never inside the traced step."""

@@ -133,14 +133,16 @@ class StepLogsHooks:
         compiled = getattr(model, "_compile_metrics", None)
         what = " and ".join("the metrics given to `compile(metrics=...)`" if metric is compiled else
                             f"the metric `{names.keras_name(metric)}`" for metric in unbuilt)
-        loss = values.get("loss", "loss")
+        loss = values.get("loss", "...")
+        said = "" if "loss" in values else " with the step's loss"
         self.notes.note(exc, loud.Explanation(
             site=sites.Site(path, line, col), code=CODE, cause="metrics-never-updated",
             message=(f"`{type(model).__name__}.{step}` never updates {what}: at the epoch's end Keras 3's `{caller}` "
                      f"reads the result of every metric in `{model_name}.metrics` (to log them in place of a returned "
                      "dict keyed by their names), and a metric never updated was never built, so it raises"
                      ).replace("{", "{{").replace("}", "}}"),
-            hint=(f"Update the trackers in the step: `m.update_state({loss})` for the `m` in `self.metrics` named "
+            hint=(f"Update the trackers in the step: `m.update_state({loss})`"
+                  f"{said} for the `m` in `self.metrics` named "
                   "`\"loss\"`, then `return self.compute_metrics(x, y, y_pred, sample_weight=None)` with the step's "
                   "inputs, targets and predictions (it updates the metrics given to `compile` and returns every "
                   "metric's result); or leave `metrics=` out of `compile()`."),
@@ -209,7 +211,9 @@ def _hint(stale, values) -> str:
                 for key, *_ in stale]
     made = " and ".join(f'`self.{attribute} = keras.metrics.Mean(name="{key}")`' for key, attribute in trackers)
     listed = ", ".join(f"self.{attribute}" for _, attribute in trackers)
-    updates = " and ".join(f"`self.{attribute}.update_state({values.get(key, key)})`" for key, attribute in trackers)
+    updates = " and ".join(f"`self.{attribute}.update_state({values[key]})`" if key in values else
+                           f"`self.{attribute}.update_state(...)` with the value the step returns as `\"{key}\"`"
+                           for key, attribute in trackers)
     return (f"Keep a tracker: {made} in `__init__`, returned by a `metrics` property (`return [{listed}]`); "
             f"in the step, call {updates}, then `return {{m.name: m.result() for m in self.metrics}}`.")
 
