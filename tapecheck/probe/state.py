@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 
 import tensorflow as tf
 
@@ -66,6 +67,7 @@ class StateHooks:
         self.lock = threading.Lock()
         self.active = True
         self.notes = None  # loud.Notes: a variable made on a later trace (TensorFlow raises)
+        self.eager_optimizers: dict[int, tuple] = {}  # id -> (weak reference, the user's line that made it)
 
     def install(self, patcher):
         import keras
@@ -90,7 +92,10 @@ class StateHooks:
                 original(self, *args, **kwargs)
                 if hooks.active and tf.executing_eagerly():
                     try:
-                        hooks._made(kind, _constructor_site(self))
+                        site = _constructor_site(self)
+                        if kind == "optimizer":
+                            hooks._note_optimizer(self, site)
+                        hooks._made(kind, site)
                     except Exception as exc:  # noqa: BLE001 - a probe bug must not stop training
                         report_internal_error(exc)
 
@@ -131,12 +136,56 @@ class StateHooks:
 
         return __call__
 
+    def _note_optimizer(self, optimizer, site):
+        """An optimizer made in eager code: if a later trace builds it, it was handed to a traced step."""
+        if site is None:
+            return
+        key = id(optimizer)
+        try:
+            ref = weakref.ref(optimizer, lambda _, key=key: self.eager_optimizers.pop(key, None))
+        except TypeError:
+            return
+        self.eager_optimizers[key] = (ref, site)
+
+    def _handed_optimizer(self, frame):
+        """(the optimizer a traced step is building, the user's line that made it) when it was made in
+        eager code, before the trace: handed to a `tf.function` already traced with another one."""
+        while frame is not None:
+            if "/keras/src/optimizers/" in frame.f_code.co_filename.replace("\\", "/"):
+                optimizer = frame.f_locals.get("self")
+                found = self.eager_optimizers.get(id(optimizer)) if optimizer is not None else None
+                if found is not None and found[0]() is optimizer:
+                    return optimizer, found[1]
+            frame = frame.f_back
+        return None
+
     def _traced_creation(self, exc):
-        """`tf.function only supports singleton tf.Variables`: which object, made at which user line."""
+        """`tf.function only supports singleton tf.Variables` (or `Creating variables on a non-first
+        call`): which object, made at which user line."""
         from tapecheck.probe import loud
 
         try:
-            if "only supports singleton tf.Variables" not in str(exc):
+            text = str(exc)
+            if "only supports singleton tf.Variables" not in text and "Creating variables on a non-first call" not in text:
+                return
+            handed = self._handed_optimizer(sys._getframe(2))
+            if handed is not None:
+                optimizer, made = handed
+                name = type(optimizer).__name__
+                here = sites.user_site()
+                at = f"line {made.line}" if here is not None and here.path == made.path else made.short()
+                self.notes.note(exc, loud.Explanation(
+                    site=here, code="TAP409", cause="optimizer-built-in-later-trace",
+                    message=f"this `tf.function` was traced before with another optimizer; the `{name}` it is "
+                            f"given now (made at {at}) makes its variables at its first update, in this "
+                            "new trace, and TensorFlow allows variables only on a `tf.function`'s first trace, "
+                            "so it raises ValueError",
+                    hint="Make a new `tf.function` for each optimizer (define the step inside a function that "
+                         f"returns it, and call that once per phase), or build the `{name}` before the step first "
+                         "runs with it: `optimizer.build(model.trainable_variables)`.",
+                ))
+                return
+            if "only supports singleton tf.Variables" not in text:
                 return
             kind, where = _traced_kind(sys._getframe(2))
             self.notes.note(exc, loud.Explanation(
