@@ -76,7 +76,8 @@ model, a library model, a subclassed model whose `call` may return anything but 
 linear `Dense` layer's output, or binds it under an `if`, a `Sequential` given a list
 built elsewhere or `.add`ed to): it may end in a softmax. A trainer is trusted to
 compute `loss(y, model(x))` only when it is given the model as its first argument
-and the loss as `loss=`, and is not a Keras or TensorFlow class.
+and the loss as `loss=`, and is not a Keras or TensorFlow class, nor a trainer of the
+project that calls a softmax or sigmoid (it may hand the loss probabilities).
 '''
 
 from __future__ import annotations
@@ -188,6 +189,23 @@ class Net(tf.keras.Model):
 net = Net()
 net.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy())
 trainer = Trainer(Net(), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+""",
+    # a trainer of the project that applies the softmax itself before the loss
+    """
+import tensorflow as tf
+class Net(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.head = tf.keras.layers.Dense(10)
+    def call(self, x):
+        return self.head(x)
+class Trainer:
+    def __init__(self, model, loss):
+        self.model, self.loss = model, loss
+    def step(self, x, y):
+        return self.loss(y, tf.nn.softmax(self.model(x)))
+net = Net()
+trainer = Trainer(net, loss=tf.keras.losses.SparseCategoricalCrossentropy())
 """,
     # a model output whose activation is not in view: it may end in a softmax
     """
@@ -457,6 +475,20 @@ def _line_of(facts, call, path: str) -> str:
     return f"line {call.site.line} of {os.path.basename(path)}"
 
 
+def _activates(model, call) -> bool:
+    """Whether the trainer `call` makes or runs is code of the project that calls a softmax or a
+    sigmoid somewhere (it may hand the loss probabilities, not the model's outputs)."""
+    target = model.binding(call.func.text, call.site) if call.func.text else None
+    if isinstance(target, Klass):
+        owner, block = target.model, target.block
+    elif isinstance(target, Function):
+        owner, block = target.model, target.block
+    else:
+        return False
+    return any(block.id in owner.facts.chain(c.site.block) and (_activation(owner, c) or (None, False))[1]
+               for c in owner.facts.calls)
+
+
 def _handed_together(model, facts, call):
     """A model and a probability loss handed to one call: `model.compile(loss=...)`, or a trainer's
     constructor given the model first and `loss=` (`EnasTrainer(net, loss=SparseCategoricalCrossentropy())`),
@@ -467,6 +499,8 @@ def _handed_together(model, facts, call):
     else:
         callee = model.resolved(call.func.text, call.site) if call.func.text else ""
         if not callee or callee.partition(".")[0] in ("keras", "tensorflow", "tf_keras"):
+            return
+        if _activates(model, call):
             return
         loss = call.keywords.get("loss")
         first = call.arg(0, "model")
