@@ -247,6 +247,20 @@ def test_a_linear_head_scored_as_probabilities_stops_learning():
     assert good_accuracy > 0.95 and good_ce < 0.2
 
 
+def test_a_subclassed_linear_head_handed_to_a_trainer_with_a_probability_loss_trains_badly():
+    accuracy, ce = run_with_modules("bad", "search_trainer_linear_head.py", 150)
+    good_accuracy, good_ce = run_with_modules("good", "search_trainer_linear_head.py", 150)
+    assert accuracy < 0.8 and ce > 0.6  # most logits clipped: no gradient (0.648 and 0.947, measured)
+    assert good_accuracy > 0.95 and good_ce < 0.3  # 0.977 and 0.197, measured
+
+
+def test_a_wrapper_looking_for_training_in_kwargs_never_drops_out_under_keras_3():
+    bad_differ, bad_loss = run("bad", "annotate_wrapper_drops_training.py")
+    good_differ, good_loss = run("good", "annotate_wrapper_drops_training.py")
+    assert bad_differ is False and good_differ is True  # the wrapped Dropout never runs in the bad one
+    assert good_loss > 2 * bad_loss  # the twin trains with dropout on (0.113 against 0.031, measured)
+
+
 def test_a_block_reading_training_from_kwargs_never_drops_out_under_keras_3():
     bad_differ, bad_loss = run("bad", "block_training_from_kwargs.py")
     good_differ, good_loss = run("good", "block_training_from_kwargs.py")

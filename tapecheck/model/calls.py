@@ -85,11 +85,24 @@ class Calls:
             found = self._callers[fn.block.id] = [c for c in candidates if self.resolve(c) is fn]
         return list(found)
 
+    def static_callers(self, fn: Function) -> list:
+        """The calls of this file that run the staticmethod `fn` through its class:
+        `Owner.method(...)` (spelled with the class's name, here or in a method of the class);
+        [] for anything else."""
+        if fn.model is not self or fn.bound or fn.owner is None:
+            return []
+        spelled = f"{fn.owner.name}.{fn.name}"
+        return [c for c in self.spans.calls if c.func.kind == "attribute" and c.func.text == spelled]
+
     def arguments_for(self, fn: Function, param: str) -> list | None:
-        """(call, argument) for each call of this file that runs `fn`: the expression it passes as
-        `param`. None when nothing here calls `fn`, or a call passes `param` in a way we cannot
-        read (`*args`, left to its default)."""
-        calls = self.callers(fn)
+        """(call, argument) for each call of this file that runs `fn` (a staticmethod called
+        through its class, `Owner.method(x)`, too): the expression it passes as `param`. None when
+        nothing here calls `fn`, or a call passes `param` in a way we cannot read (`*args`, left
+        to its default)."""
+        static = self.static_callers(fn)
+        if any(call.spread for call in static):
+            return None  # `Owner.method(*args)`: which parameter takes what is unknown
+        calls = self.callers(fn) + static
         if not calls:
             return None
         found = []

@@ -9,9 +9,15 @@ function treats as logits, and one that expects logits given probabilities:
   `keras.backend` ones, and the `keras.losses` classes) with `from_logits` left
   False, given a tensor that the same function also hands to `tf.nn.softmax`,
   `tf.sigmoid` (any spelling) or `log_softmax`;
-- the same losses given the output of a model of the linted file whose last layer
-  is visibly a `Dense` without activation (a `Sequential([...])` literal, built
-  here or returned by a builder function, that nothing `.add`s to);
+- the same losses given the output of a model of the project whose last layer
+  is visibly a `Dense` without activation: a `Sequential([...])` literal, built
+  here or returned by a builder function, that nothing `.add`s to, or a subclassed
+  `Model` (of this file or one it imports) whose `call` returns `self.<layer>(...)`
+  on every path, that layer being such a `Dense`;
+- the same losses handed together with such a model to one call: `model.compile(loss=...)`
+  (a loss object, function or name such as `"sparse_categorical_crossentropy"`), or a
+  trainer's constructor given the model first and `loss=` (`EnasTrainer(net, loss=...)`,
+  what a library trainer computes as `loss(y, model(x))`);
 - a loss that expects logits (`from_logits=True`, `tf.nn.*_cross_entropy_with_logits`)
   given the output of an explicit `softmax` or `sigmoid`.
 
@@ -32,7 +38,10 @@ softmax cross-entropy of 0.399; the twin with `softmax_cross_entropy_with_logits
 reaches 0.985 and 0.132. A four-class `Dense` head scored with
 `SparseCategoricalCrossentropy()` (fixture `classifier_linear_head_loss`) is stuck at
 an accuracy of 0.508 from step 50 to step 200; with `from_logits=True` it reaches
-1.000 in 100 steps.
+1.000 in 100 steps. A subclassed four-class network handed to a trainer's constructor
+with `loss=SparseCategoricalCrossentropy(reduction="sum")` (fixture
+`search_trainer_linear_head`, 150 SGD steps) ends at an accuracy of 0.648 and a
+cross-entropy of 0.95; with `from_logits=True`, 0.977 and 0.20.
 
 ## Example
 ```python
@@ -62,14 +71,20 @@ or a name bound once to a `softmax`/`sigmoid` call (or that call written in plac
 given to a logits loss. Silent when `from_logits` is not a literal (a setting), when
 either call is under an `if`/`else`/`try` (a branch that picks one reading), for
 `log_softmax` outputs given as logits (they are valid logits), and for a model's
-output whose last activation the file does not show (a parameter, a functional or
-subclassed model, a model of another module, a `Sequential` given a list built
-elsewhere or `.add`ed to): it may end in a softmax.
+output whose last activation the project does not show (a parameter, a functional
+model, a library model, a subclassed model whose `call` may return anything but one
+linear `Dense` layer's output, or binds it under an `if`, a `Sequential` given a list
+built elsewhere or `.add`ed to): it may end in a softmax. A trainer is trusted to
+compute `loss(y, model(x))` only when it is given the model as its first argument
+and the loss as `loss=`, and is not a Keras or TensorFlow class, nor a trainer of the
+project that calls a softmax or sigmoid (it may hand the loss probabilities).
 '''
 
 from __future__ import annotations
 
-from tapecheck.model import Function, keras_member, model_of
+import os
+
+from tapecheck.model import Function, Klass, keras_member, method_of, model_of
 from tapecheck.rules._common import report
 
 CODE = "TAP111"
@@ -159,6 +174,39 @@ def loss_of(scores, y):
     log_probs = tf.nn.log_softmax(scores)
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=log_probs)
 """,
+    # a subclassed model that applies a softmax on one path; a trainer told the outputs are logits
+    """
+import tensorflow as tf
+class Net(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.head = tf.keras.layers.Dense(10)
+    def call(self, x, training=None):
+        x = self.head(x)
+        if not training:
+            x = tf.nn.softmax(x)
+        return x
+net = Net()
+net.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy())
+trainer = Trainer(Net(), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+""",
+    # a trainer of the project that applies the softmax itself before the loss
+    """
+import tensorflow as tf
+class Net(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.head = tf.keras.layers.Dense(10)
+    def call(self, x):
+        return self.head(x)
+class Trainer:
+    def __init__(self, model, loss):
+        self.model, self.loss = model, loss
+    def step(self, x, y):
+        return self.loss(y, tf.nn.softmax(self.model(x)))
+net = Net()
+trainer = Trainer(net, loss=tf.keras.losses.SparseCategoricalCrossentropy())
+""",
     # a model output whose activation is not in view: it may end in a softmax
     """
 import tensorflow as tf
@@ -187,6 +235,41 @@ def train_step(x, y):
     grads = tape.gradient(loss, model.trainable_variables)
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
     return loss
+""",
+    # a subclassed network ending in a linear Dense, handed with a probability loss to a trainer
+    """
+import tensorflow as tf
+from tensorflow.keras.losses import SparseCategoricalCrossentropy
+class Net(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = tf.keras.layers.Dense(120, activation="relu")
+        self.fc2 = tf.keras.layers.Dense(10)
+    def call(self, x):
+        x = self.fc1(x)
+        x = self.fc2(x)
+        return x
+net = Net()
+trainer = EnasTrainer(
+    net,
+    loss=SparseCategoricalCrossentropy(reduction="sum"),  # expect: TAP111
+    optimizer=tf.keras.optimizers.SGD(0.01),
+)
+""",
+    # the same network compiled with a loss name that expects probabilities
+    """
+import tensorflow as tf
+class Brain(tf.keras.Model):
+    def __init__(self, actions):
+        super().__init__()
+        self.hidden = tf.keras.layers.Dense(32, activation="relu")
+        self.logits = tf.keras.layers.Dense(actions)
+    def call(self, x):
+        return self.logits(self.hidden(x))
+class Agent:
+    def __init__(self):
+        self.brain = Brain(5)
+        self.brain.compile(loss="categorical_crossentropy", optimizer="adam")  # expect: TAP111
 """,
     # a segmentation loss helper: the logits to binary_crossentropy, their softmax to the dice term
     """
@@ -310,6 +393,9 @@ def check(facts):
         activation = _activation(model, call)
         if activation is not None and activation[0] is not None:
             by_scope.setdefault(scope, []).append(("activation", call, activation[0], activation[1]))
+    for call in facts.calls:
+        if call.keywords.get("loss") is not None or method_of(call) == "compile":
+            yield from _handed_together(model, facts, call)
     for scope, events in by_scope.items():
         for kind, call, argument, expects in events:
             if kind != "loss" or model.guarded(call.site, scope):
@@ -382,6 +468,85 @@ def _probabilities_given(model, facts, scope, call, argument, events):
     )
 
 
+def _line_of(facts, call, path: str) -> str:
+    """"line 9", or "line 9 of nets.py" for a line of another file."""
+    if os.path.abspath(path) == os.path.abspath(facts.path):
+        return f"line {call.site.line}"
+    return f"line {call.site.line} of {os.path.basename(path)}"
+
+
+def _activates(model, call) -> bool:
+    """Whether the trainer `call` makes or runs is code of the project that calls a softmax or a
+    sigmoid somewhere (it may hand the loss probabilities, not the model's outputs)."""
+    target = model.binding(call.func.text, call.site) if call.func.text else None
+    if isinstance(target, Klass):
+        owner, block = target.model, target.block
+    elif isinstance(target, Function):
+        owner, block = target.model, target.block
+    else:
+        return False
+    return any(block.id in owner.facts.chain(c.site.block) and (_activation(owner, c) or (None, False))[1]
+               for c in owner.facts.calls)
+
+
+def _handed_together(model, facts, call):
+    """A model and a probability loss handed to one call: `model.compile(loss=...)`, or a trainer's
+    constructor given the model first and `loss=` (`EnasTrainer(net, loss=SparseCategoricalCrossentropy())`),
+    when the model's last layer is visibly a `Dense` without activation."""
+    if method_of(call) == "compile":
+        holder = call.receiver
+        loss = call.arg(1, "loss")
+    else:
+        callee = model.resolved(call.func.text, call.site) if call.func.text else ""
+        if not callee or callee.partition(".")[0] in ("keras", "tensorflow", "tf_keras"):
+            return
+        if _activates(model, call):
+            return
+        loss = call.keywords.get("loss")
+        first = call.arg(0, "model")
+        holder = first.text if first is not None and first.kind in ("name", "attribute") else ""
+    if loss is None or not holder:
+        return
+    where = call.site
+    if loss.kind == "constant":
+        if method_of(call) != "compile" or loss.value not in PROBABILITY_LOSSES:
+            return
+        what = f"`loss=\"{loss.value}\"`"
+    elif loss.kind == "call":
+        member = keras_member(model.resolved(loss.func_text, call.site), "losses") if loss.func_text else ""
+        if member not in PROBABILITY_CLASSES or _literal(loss.keywords.get("from_logits")) is not False:
+            return
+        inner = [c for c in model.spans.calls_in((call.site.order, call.end_order)) if c.func.text == loss.func_text]
+        where = inner[0].site if inner else where
+        what = f"`{member}()`"
+    elif loss.kind in ("name", "attribute") and loss.text:
+        resolved = model.resolved(loss.text, call.site)
+        if keras_member(resolved, "losses") in PROBABILITY_LOSSES:
+            what = f"`{loss.text}`"
+        else:
+            made = model.loss_constructions(loss.text, call.site)
+            if not made or any(member not in PROBABILITY_CLASSES or _literal(value.keywords.get("from_logits")) is not False
+                               for member, value in made):
+                return
+            what = f"`{loss.text}` (a `{made[0][0]}`)"
+    else:
+        return
+    head = _linear_head(model, holder, call.site)
+    if head is None:
+        return
+    dense, path = head
+    to = f"`{holder}.compile`" if method_of(call) == "compile" else f"`{call.func.text}` with `{holder}`"
+    yield report(
+        facts, where, CODE,
+        f"{what} expects probabilities (`from_logits` is False), and it is handed to {to}, whose last layer is a "
+        f"`Dense` without activation ({_line_of(facts, dense, path)}): its outputs are logits. Keras reads them as "
+        "probabilities clipped to [1e-7, 1 - 1e-7], so every logit outside that range gets no gradient and the "
+        "loss is not the cross-entropy of the model's predictions",
+        f"Make the loss with `from_logits=True`, or end `{holder}` with a softmax/sigmoid activation.",
+        details={"tensor": holder, "expects": "probabilities"},
+    )
+
+
 SEQUENTIAL = frozenset({"keras.Sequential", "tensorflow.keras.Sequential", "tf_keras.Sequential"})
 MAX_DEPTH = 4
 
@@ -401,16 +566,18 @@ def _linear_output_given(model, facts, scope, call, argument):
         return
     if forward is None or forward.func.kind not in ("name", "attribute") or not forward.func.text:
         return
-    dense = _linear_head(model, forward.func.text, forward.site)
-    if dense is None:
+    head = _linear_head(model, forward.func.text, forward.site)
+    if head is None:
         return
+    dense, path = head
     runner = forward.func.text
     given = f"`{argument.text}` (line {forward.site.line}: the output of `{runner}`)" if argument.kind == "name" \
         else f"the output of `{runner}`"
     yield report(
         facts, call.site, CODE,
         f"{given} is given to `{_name(call)}`, which expects probabilities (`from_logits` is False), but the last "
-        f"layer of `{runner}` is a `Dense` without activation (line {dense.site.line}): its outputs are logits. "
+        f"layer of `{runner}` is a `Dense` without activation ({_line_of(facts, dense, path)}): its outputs are "
+        "logits. "
         "Keras reads them as probabilities clipped to [1e-7, 1 - 1e-7], so every logit outside that range gets "
         "no gradient",
         f"Pass `from_logits=True` to `{_name(call)}`, or end `{runner}` with a softmax/sigmoid activation.",
@@ -419,8 +586,9 @@ def _linear_output_given(model, facts, scope, call, argument):
 
 
 def _linear_head(model, name: str, site, depth: int = 0):
-    """The `Dense(...)` call, without activation, that ends every model `name` may hold at `site`; or
-    None (unknown, another last layer, or a model of the file that something `.add`s to)."""
+    """(the `Dense(...)` call, without activation, that ends every model `name` may hold at `site`, the
+    path of the file it is in); or None (unknown, another last layer, or a model of the file that
+    something `.add`s to)."""
     if depth > MAX_DEPTH:
         return None
     assigns = model.assigns_of(name, site)
@@ -439,7 +607,20 @@ def _linear_head(model, name: str, site, depth: int = 0):
     return found
 
 
+def _linear_dense(model, call):
+    """`call` when it makes a `Dense` layer without activation (none given, `None` or "linear")."""
+    callee = model.resolved(call.func.text, call.site) if call.func.text else ""
+    if keras_member(callee, "layers") != "Dense" or len(call.args) > 1:
+        return None  # another layer; `Dense(10, "softmax")`
+    activation = call.keywords.get("activation")
+    if activation is not None and not (activation.kind == "name" and activation.text == "None") \
+            and not (activation.kind == "constant" and activation.value == "linear"):
+        return None
+    return call
+
+
 def _ends_linear(model, call, depth: int):
+    """(the linear `Dense` call that ends the model `call` makes, the path of its file), or None."""
     callee = model.resolved(call.func.text, call.site) if call.func.text else ""
     if callee in SEQUENTIAL or keras_member(callee, "models") == "Sequential":
         layers = call.arg(0, "layers")
@@ -449,19 +630,57 @@ def _ends_linear(model, call, depth: int):
         if last.kind != "call" or keras_member(last.callee, "layers") != "Dense":
             return None
         inner = [c for c in model.spans.calls_in((call.site.order, call.end_order)) if c.func.text == last.func_text]
-        dense = inner[-1] if inner else None
-        if dense is None or len(dense.args) > 1:
-            return None  # `Dense(10, "softmax")`
-        activation = dense.keywords.get("activation")
-        if activation is not None and not (activation.kind == "name" and activation.text == "None") \
-                and not (activation.kind == "constant" and activation.value == "linear"):
-            return None
-        return dense
-    fn = model.binding(call.func.text, call.site) if call.func.kind == "name" else None
-    if not isinstance(fn, Function) or fn.bound or fn.model is not model:
+        dense = _linear_dense(model, inner[-1]) if inner else None
+        return (dense, model.facts.path) if dense is not None else None
+    made = model.binding(call.func.text, call.site) if call.func.kind in ("name", "attribute") else None
+    if isinstance(made, Klass):
+        return _class_ends_linear(made, depth + 1)
+    if not isinstance(made, Function) or made.bound or made.model is not model or call.func.kind != "name":
         return None
-    returned = model.returned_calls(fn)
+    returned = model.returned_calls(made)
     if not returned:
         return None
     heads = [_ends_linear(model, inner, depth + 1) for inner in returned]
     return heads[0] if all(head is not None for head in heads) else None
+
+
+def _class_ends_linear(klass, depth: int):
+    """For a subclassed Keras model of the project: every `return` of its `call` gives the output of
+    one `self.<layer>(...)` (in place, or through the one binding of the name it returns), and every
+    `self.<layer> = ...` of the class makes a `Dense` without activation (or a model that ends in one)."""
+    owner = klass.model
+    if depth > MAX_DEPTH or not owner.is_model_class(klass.block):
+        return None
+    fn = owner.method(klass, "call")
+    if fn is None or not fn.bound or fn.model is not owner:
+        return None
+    heads = owner.returned_calls(fn)
+    if heads is None:
+        names = owner.returned_names(fn)
+        if not names:
+            return None
+        heads = []
+        for name, site in names:
+            reaching = owner.facts.reaching_assigns(name, site)
+            made = owner.value_call(reaching[0]) if len(reaching) == 1 else None
+            if made is None or owner.guarded(reaching[0].site, fn.block.id):
+                return None
+            heads.append(made)
+    found = None
+    for head in heads:
+        self_name, dot, attribute = head.func.text.partition(".")
+        if head.func.kind != "attribute" or self_name != fn.self_name or not dot or "." in attribute:
+            return None
+        assigns = owner.attribute_assigns(klass.block, attribute)
+        if not assigns:
+            return None
+        for assign, _ in assigns:
+            made = owner.value_call(assign)
+            if made is None:
+                return None
+            dense = _linear_dense(owner, made)
+            ends = (dense, owner.facts.path) if dense is not None else _ends_linear(owner, made, depth + 1)
+            if ends is None:
+                return None
+            found = found or ends
+    return found

@@ -26,9 +26,12 @@ flags a sublayer's `call` run directly (`self.layer.call(x)`: it skips Keras's
 sublayer given a literal `training=True` (it stays in training mode at inference).
 A sublayer called with no `training` at all is fine: Keras 3 hands it the
 `training` its caller was called with. And a layer's `call(self, inputs,
-**kwargs)` that reads `kwargs.get("training")`: Keras 3 passes `training` only
-to a `call` whose signature names it, so the value is always the default
-(Keras 2 did put it in `**kwargs`; silent with `keras-version = "2"`).
+**kwargs)` that reads `kwargs.get("training")` or tests `"training" in kwargs`:
+Keras 3 passes `training` only to a `call` whose signature names it (even a
+`training=True` the caller writes is dropped), so the value is always the default
+and the test always false (Keras 2 did put it in `**kwargs`; silent with
+`keras-version = "2"`). Measured on TF 2.21 / Keras 3.15: a wrapper
+`call(self, *args, **kwargs)` called with `training=True` sees empty `kwargs`.
 
 A frozen model on the tape (a distillation teacher, the discriminator in the
 generator's step) and `training=False` written on purpose (fine-tuning with
@@ -129,6 +132,15 @@ TEST_FILE = re.compile(r"test_.*\.py|.*_test\.py|conftest\.py")
 VALIDATION_STEP = re.compile(r"(val|valid|validation|validate|eval|evaluate|evaluation|test)_step|(val|valid|validate|eval|evaluate)(_\w+)?")
 
 VALID = [
+    # a key of the features dict, not of `**kwargs`
+    """
+import keras
+class Features(keras.layers.Layer):
+    def call(self, inputs, **kwargs):
+        if "training" in inputs:
+            return inputs["training"]
+        return inputs["serving"]
+""",
     # the wrapper passes `training` to the wrapped `call` where that call takes it
     """
 import inspect
@@ -285,6 +297,15 @@ def step(opt, x, y):
 ]
 
 INVALID = [
+    # a wrapper deciding whether to pass `training` on, from `**kwargs`: Keras 3 never puts it there
+    """
+import keras
+class Annotate(keras.layers.Wrapper):
+    def call(self, *args, **kwargs):
+        if "training" in kwargs:  # expect: TAP403
+            del kwargs["training"]
+        return self.layer.call(*args, **kwargs)
+""",
     # a layer reading the mode from `**kwargs`: Keras 3 never puts it there
     """
 import keras
@@ -783,6 +804,27 @@ def _training_from_kwargs(model, fn):
         )
         # Keras 2 passes `training` to a `call` that takes `**kwargs`: silent there
         yield dataclasses.replace(finding, details={"keras2": None})
+        return
+    # `if "training" in kwargs: del kwargs["training"]` (a wrapper deciding what to pass on)
+    for compare in facts.compares:
+        if compare.operator not in ("in", "not in") or facts.scope_of(compare.site) != fn.block.id:
+            continue
+        key, holder = compare.left, compare.right
+        if key is None or key.kind != "constant" or key.value != "training":
+            continue
+        if holder is None or holder.kind != "name" or holder.text not in fn.params[2:]:
+            continue  # `"training" in inputs`: the first argument may be a dict of features
+        finding = report(
+            facts, compare.site, CODE,
+            f"`{fn.qualname}` looks for `training` in `**{holder.text}` (`\"training\" {compare.operator} "
+            f"{holder.text}`), but Keras 3 passes `training` only to a `call` whose signature names it, even when "
+            "the caller gives `training=True` explicitly: the test always finds it missing, so the mode never "
+            "reaches what this `call` runs (Dropout, BatchNormalization)",
+            f"Add `training=None` to the signature: `def call(self, inputs, training=None, **{holder.text}):`, and "
+            "pass it on.",
+        )
+        yield dataclasses.replace(finding, details={"keras2": None})
+        return
 
 
 def _guarded_by_training(facts, model, call, fn) -> bool:

@@ -169,22 +169,6 @@ def _gradient_call(model, assign):
     return call if _variable_list(model, call.arg(1, "sources"), call.site) else None
 
 
-def _static_calls(facts, fn, param):
-    """(call, argument) for each `Owner.method(...)` call of a staticmethod of this file, the
-    expression passed as `param`; None when there is none or one is not read."""
-    if fn.bound or fn.owner is None or param not in fn.params:
-        return None
-    spelled = f"{fn.owner.name}.{fn.name}"
-    calls = [c for c in facts.calls if c.func.kind == "attribute" and c.func.text == spelled]
-    found = []
-    for call in calls:
-        value = call.arg(fn.params.index(param), param)
-        if value is None or call.spread:
-            return None
-        found.append((call, value))
-    return found or None
-
-
 def _gradient_list(model, facts, expr, site, depth=0):
     """The `tape.gradient` call whose list of gradients `expr` (a name) holds at `site` on every
     path, through the parameter of a function every call of which passes such a list; None
@@ -196,7 +180,7 @@ def _gradient_list(model, facts, expr, site, depth=0):
         return None
     if len(assigns) == 1 and assigns[0].kind == "param":
         fn = model.functions.get(facts.scope_of(site))
-        passed = (model.arguments_for(fn, expr.text) or _static_calls(facts, fn, expr.text)) if fn is not None else None
+        passed = model.arguments_for(fn, expr.text) if fn is not None else None
         if not passed:
             return None
         found = [_gradient_list(model, facts, value, call.site, depth + 1) for call, value in passed]
