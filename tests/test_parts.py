@@ -139,3 +139,78 @@ def test_a_cut_libcst_refuses_falls_back_to_the_whole_file(tiny_parts):
         list(parts.parse_each(text, spans))
     facts = lint_source_module.facts_of(source, "continued.py")  # falls back: no error, the whole file's facts
     assert facts == extract(lint_source_module._libcst_parse(source), "continued.py")
+
+
+def _edits(text: str, count: int, seed: int):
+    """`count` successive edits of `text` as an editor makes them: lines inserted, deleted and
+    duplicated, a character typed inside a method, an import edited or added, a class's
+    header changed, a new function. An edit that breaks the syntax is undone after its lint."""
+    import ast
+    import random
+
+    chance = random.Random(seed)
+    lines = text.split("\n")
+    for step in range(count):
+        before = list(lines)
+        kind = step % 8
+        n = chance.randrange(1, len(lines))
+        if kind == 0:  # a blank or comment line inserted
+            lines.insert(n, chance.choice(["", "# note", "    # indented note"]))
+        elif kind == 1:  # a line deleted (often a syntax error: the lint says so and goes on)
+            del lines[n]
+        elif kind == 2:  # a character typed inside a method's line
+            body = [i for i, line in enumerate(lines) if line.startswith("        ") and line.strip()]
+            i = chance.choice(body)
+            lines[i] = lines[i] + chance.choice(["  # x", " + 0", ""])
+        elif kind == 3:  # an import edited: names resolve differently below it
+            imports = [i for i, line in enumerate(lines) if line.startswith(("import ", "from "))]
+            i = chance.choice(imports)
+            lines[i] = chance.choice([lines[i] + " as tf2", "import tensorflow as tf", "import keras"])
+        elif kind == 4:  # an import added half way down
+            lines.insert(n, "from tensorflow import GradientTape")
+        elif kind == 5:  # a line duplicated (events, blocks and tapes renumbered below it)
+            lines.insert(n, lines[n])
+        elif kind == 6:  # a class header changed
+            heads = [i for i, line in enumerate(lines) if line.startswith("class ")]
+            if heads:
+                i = chance.choice(heads)
+                lines[i] = lines[i].replace("(", "(Base, ", 1) if "(" in lines[i] else lines[i]
+        else:  # a new top-level function with a tape
+            lines.insert(n, "def extra(x):\n    with tf.GradientTape() as t:\n        y = x * x\n    return t.gradient(y, x)\n")
+            lines = "\n".join(lines).split("\n")
+        yield "\n".join(lines)
+        try:
+            ast.parse("\n".join(lines))
+        except SyntaxError:
+            lines = before
+
+
+def test_parsed_runs_reused_across_edits_give_the_facts_of_a_fresh_lint(monkeypatch):
+    """The language server keeps the parsed runs of a buffer (`trees`) and re-parses only the
+    runs whose text an edit changed: after each of many edits, the facts and findings must be
+    those of a fresh lint of the same text, and most runs must have been reused."""
+    monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)
+    monkeypatch.setattr(lint_source_module, "REUSED_PART_CHARS", 300)
+    fixture = (ROOT / "fixtures" / "bad").glob("*.py")
+    text = "\n".join(path.read_text() for path in sorted(fixture)[:40] if "\r" not in path.read_text())
+    trees: dict = {}
+    reused = parsed = compared = 0
+    for step, edited in enumerate(_edits(text, 24, seed=25)):
+        source = edited.encode()
+        before = {id(value[0]) for value in trees.values()}
+        try:
+            kept = lint_source_module.facts_of(source, "buffer.py", None, trees)
+        except LintError:
+            with pytest.raises(LintError):
+                lint_source_module.facts_of(source, "buffer.py")
+            continue
+        fresh = lint_source_module.facts_of(source, "buffer.py")
+        assert kept == fresh
+        if step % 4 == 0:
+            assert lint_python(source, "buffer.py", trees=trees) == lint_python(source, "buffer.py")
+        now = {id(value[0]) for value in trees.values()}
+        reused += len(now & before)
+        parsed += len(now - before)
+        compared += 1
+    assert compared >= 15
+    assert reused > 5 * parsed, (reused, parsed)  # an edit re-parses a few runs (where the cuts move), not the file

@@ -39,7 +39,7 @@ from pygls.uris import to_fs_path
 
 from tapecheck._version import __version__
 from tapecheck.rules import rule_name
-from tapecheck.server.linting import Cell, Located, Result, Snapshot, code_units, lint_snapshot, rule_url, split_lines, word_end
+from tapecheck.server.linting import Cell, Located, Result, Snapshot, code_units, forget, lint_snapshot, rule_url, split_lines, word_end
 
 logger = logging.getLogger("tapecheck.server")
 
@@ -376,6 +376,7 @@ class TapecheckServer(LanguageServer):
 
     def clear(self, key: str) -> None:
         key = unquote(key)
+        forget(key)  # its parsed runs
         self._dirty.discard(key)
         self._results.pop(key, None)
         for uri in self._published.pop(key, set()):
