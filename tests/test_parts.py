@@ -214,3 +214,49 @@ def test_parsed_runs_reused_across_edits_give_the_facts_of_a_fresh_lint(monkeypa
         compared += 1
     assert compared >= 15
     assert reused > 5 * parsed, (reused, parsed)  # an edit re-parses a few runs (where the cuts move), not the file
+
+
+
+def test_the_server_keeps_a_buffers_runs_and_lints_an_edit_as_a_fresh_lint(monkeypatch, tmp_path):
+    """`lint_snapshot` (the server's lint thread) with the buffer's runs kept from its last lint:
+    the same diagnostics as a lint with nothing kept, and the `# noqa` quick fix, placed only
+    when asked for, is the one a lint with nothing kept places (None on a line ending in a string)."""
+    import ast
+
+    from tapecheck.lint.config import Settings
+    from tapecheck.server import linting
+
+    monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)
+    fixture = sorted((ROOT / "fixtures" / "bad").glob("*.py"))
+    text = "\n".join(path.read_text() for path in fixture if "\r" not in path.read_text())
+    path = str(tmp_path / "train.py")
+    uri = (tmp_path / "train.py").as_uri()
+    settings = Settings()
+
+    def lint(version, body):
+        return linting.lint_snapshot(linting.Snapshot(uri, path, version, (linting.Cell(uri, body, True, version),)), settings)
+
+    def seen(result):
+        return [(item.finding, item.uri, item.line, item.col, item.fix, item.suppress) for item in result.located]
+
+    # a finding's line made to end inside a string over two lines: no comment fits there
+    lines, multiline = text.split("\n"), None
+    for item in lint(0, text).located:
+        candidate = list(lines)
+        candidate[item.line - 1] = candidate[item.line - 1].split("  #")[0] + "; _s = '''a"
+        candidate.insert(item.line, "b'''")
+        try:
+            ast.parse("\n".join(candidate))
+        except SyntaxError:
+            continue
+        multiline = "\n".join(candidate)
+        break
+    texts = [text, text.replace("\n\n", "\n\n# edited\n", 3), multiline, multiline.replace("\n\n", "\n\n\n", 5)]
+    for version, body in enumerate(texts, 1):
+        kept = lint(version, body)
+        assert linting._trees.get(uri), "the runs are kept between lints"
+        linting.forget(uri)
+        fresh = lint(version, body)
+        assert seen(kept) == seen(fresh) and kept.located
+    assert any(item.suppress is None for item in kept.located)
+    assert any(item.suppress is not None for item in kept.located)
