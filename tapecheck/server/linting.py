@@ -289,9 +289,10 @@ def lint_snapshot(snapshot: Snapshot, settings) -> Result:
 
 
 # The parsed runs of the last lint of each of the last few large buffers (`parts.parse_each`):
-# an edit re-parses only the runs whose text changed. A tree and its positions take about
-# 500 bytes of memory per character of source, so only buffers up to KEEP_TREES_CHARS keep
-# theirs, at most KEEP_TREES_BUFFERS of them (the most recently linted).
+# an edit re-parses only the runs whose text changed. The trees and positions kept take about
+# 100-150 bytes of memory per character of source (tracemalloc: 19-29 MB for the 205 KB buffer of
+# benchmarks/lsp_latency.py), so only buffers up to KEEP_TREES_CHARS keep theirs, at most
+# KEEP_TREES_BUFFERS of them (the most recently linted): at most ~150 MB in all.
 KEEP_TREES_CHARS = 512 * 1024
 KEEP_TREES_BUFFERS = 2
 _trees: dict[str, dict] = {}  # by the buffer's key, least recently linted first
