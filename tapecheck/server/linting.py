@@ -361,27 +361,34 @@ class _Comments:
         self.lines = split_lines(text)
         self._scanned = None
         self._continued: set[int] | None = None
+        # Worked out when a code action first asks (`Located.suppress`), maybe on two threads at once:
+        # each index is built whole, then published.
+        self._lock = threading.Lock()
 
     def _suppressions(self):
-        if self._scanned is None:
-            from tapecheck.lint.suppressions import scan
+        with self._lock:
+            if self._scanned is None:
+                from tapecheck.lint.suppressions import scan
 
-            self._scanned = {}
-            for suppression in scan(self.text, self.path):
-                self._scanned.setdefault(suppression.line, []).append(suppression)
-        return self._scanned
+                scanned: dict = {}
+                for suppression in scan(self.text, self.path):
+                    scanned.setdefault(suppression.line, []).append(suppression)
+                self._scanned = scanned
+            return self._scanned
 
     def _inside_tokens(self) -> set[int]:
         """Lines whose end lies inside a token (a string over several lines): no comment fits there."""
-        if self._continued is None:
-            self._continued = set()
-            try:
-                for token in tokenize.generate_tokens(io.StringIO(self.text).readline):
-                    if token.start[0] < token.end[0] and token.type not in (tokenize.NL, tokenize.NEWLINE):
-                        self._continued.update(range(token.start[0], token.end[0]))
-            except (tokenize.TokenError, SyntaxError, ValueError):
-                pass
-        return self._continued
+        with self._lock:
+            if self._continued is None:
+                continued: set[int] = set()
+                try:
+                    for token in tokenize.generate_tokens(io.StringIO(self.text).readline):
+                        if token.start[0] < token.end[0] and token.type not in (tokenize.NL, tokenize.NEWLINE):
+                            continued.update(range(token.start[0], token.end[0]))
+                except (tokenize.TokenError, SyntaxError, ValueError):
+                    pass
+                self._continued = continued
+            return self._continued
 
     def suppression(self, line: int, code: str) -> Edit | None:
         if not 1 <= line <= len(self.lines):
