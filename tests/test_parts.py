@@ -139,3 +139,124 @@ def test_a_cut_libcst_refuses_falls_back_to_the_whole_file(tiny_parts):
         list(parts.parse_each(text, spans))
     facts = lint_source_module.facts_of(source, "continued.py")  # falls back: no error, the whole file's facts
     assert facts == extract(lint_source_module._libcst_parse(source), "continued.py")
+
+
+def _edits(text: str, count: int, seed: int):
+    """`count` successive edits of `text` as an editor makes them: lines inserted, deleted and
+    duplicated, a character typed inside a method, an import edited or added, a class's
+    header changed, a new function. An edit that breaks the syntax is undone after its lint."""
+    import ast
+    import random
+
+    chance = random.Random(seed)
+    lines = text.split("\n")
+    for step in range(count):
+        before = list(lines)
+        kind = step % 8
+        n = chance.randrange(1, len(lines))
+        if kind == 0:  # a blank or comment line inserted
+            lines.insert(n, chance.choice(["", "# note", "    # indented note"]))
+        elif kind == 1:  # a line deleted (often a syntax error: the lint says so and goes on)
+            del lines[n]
+        elif kind == 2:  # a character typed inside a method's line
+            body = [i for i, line in enumerate(lines) if line.startswith("        ") and line.strip()]
+            i = chance.choice(body)
+            lines[i] = lines[i] + chance.choice(["  # x", " + 0", ""])
+        elif kind == 3:  # an import edited: names resolve differently below it
+            imports = [i for i, line in enumerate(lines) if line.startswith(("import ", "from "))]
+            i = chance.choice(imports)
+            lines[i] = chance.choice([lines[i] + " as tf2", "import tensorflow as tf", "import keras"])
+        elif kind == 4:  # an import added half way down
+            lines.insert(n, "from tensorflow import GradientTape")
+        elif kind == 5:  # a line duplicated (events, blocks and tapes renumbered below it)
+            lines.insert(n, lines[n])
+        elif kind == 6:  # a class header changed
+            heads = [i for i, line in enumerate(lines) if line.startswith("class ")]
+            if heads:
+                i = chance.choice(heads)
+                lines[i] = lines[i].replace("(", "(Base, ", 1) if "(" in lines[i] else lines[i]
+        else:  # a new top-level function with a tape
+            lines.insert(n, "def extra(x):\n    with tf.GradientTape() as t:\n        y = x * x\n    return t.gradient(y, x)\n")
+            lines = "\n".join(lines).split("\n")
+        yield "\n".join(lines)
+        try:
+            ast.parse("\n".join(lines))
+        except SyntaxError:
+            lines = before
+
+
+def test_parsed_runs_reused_across_edits_give_the_facts_of_a_fresh_lint(monkeypatch):
+    """The language server keeps the parsed runs of a buffer (`trees`) and re-parses only the
+    runs whose text an edit changed: after each of many edits, the facts and findings must be
+    those of a fresh lint of the same text, and most runs must have been reused."""
+    monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)
+    monkeypatch.setattr(lint_source_module, "REUSED_PART_CHARS", 300)
+    fixture = (ROOT / "fixtures" / "bad").glob("*.py")
+    text = "\n".join(path.read_text() for path in sorted(fixture)[:40] if "\r" not in path.read_text())
+    trees: dict = {}
+    reused = parsed = compared = 0
+    for step, edited in enumerate(_edits(text, 24, seed=25)):
+        source = edited.encode()
+        before = {id(value[0]) for value in trees.values()}
+        try:
+            kept = lint_source_module.facts_of(source, "buffer.py", None, trees)
+        except LintError:
+            with pytest.raises(LintError):
+                lint_source_module.facts_of(source, "buffer.py")
+            continue
+        fresh = lint_source_module.facts_of(source, "buffer.py")
+        assert kept == fresh
+        if step % 4 == 0:
+            assert lint_python(source, "buffer.py", trees=trees) == lint_python(source, "buffer.py")
+        now = {id(value[0]) for value in trees.values()}
+        reused += len(now & before)
+        parsed += len(now - before)
+        compared += 1
+    assert compared >= 15
+    assert reused > 5 * parsed, (reused, parsed)  # an edit re-parses a few runs (where the cuts move), not the file
+
+
+
+def test_the_server_keeps_a_buffers_runs_and_lints_an_edit_as_a_fresh_lint(monkeypatch, tmp_path):
+    """`lint_snapshot` (the server's lint thread) with the buffer's runs kept from its last lint:
+    the same diagnostics as a lint with nothing kept, and the `# noqa` quick fix, placed only
+    when asked for, is the one a lint with nothing kept places (None on a line ending in a string)."""
+    import ast
+
+    from tapecheck.lint.config import Settings
+    from tapecheck.server import linting
+
+    monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)
+    fixture = sorted((ROOT / "fixtures" / "bad").glob("*.py"))
+    text = "\n".join(path.read_text() for path in fixture if "\r" not in path.read_text())
+    path = str(tmp_path / "train.py")
+    uri = (tmp_path / "train.py").as_uri()
+    settings = Settings()
+
+    def lint(version, body):
+        return linting.lint_snapshot(linting.Snapshot(uri, path, version, (linting.Cell(uri, body, True, version),)), settings)
+
+    def seen(result):
+        return [(item.finding, item.uri, item.line, item.col, item.fix, item.suppress) for item in result.located]
+
+    # a finding's line made to end inside a string over two lines: no comment fits there
+    lines, multiline = text.split("\n"), None
+    for item in lint(0, text).located:
+        candidate = list(lines)
+        candidate[item.line - 1] = candidate[item.line - 1].split("  #")[0] + "; _s = '''a"
+        candidate.insert(item.line, "b'''")
+        try:
+            ast.parse("\n".join(candidate))
+        except SyntaxError:
+            continue
+        multiline = "\n".join(candidate)
+        break
+    texts = [text, text.replace("\n\n", "\n\n# edited\n", 3), multiline, multiline.replace("\n\n", "\n\n\n", 5)]
+    for version, body in enumerate(texts, 1):
+        kept = lint(version, body)
+        assert linting._trees.get(uri), "the runs are kept between lints"
+        linting.forget(uri)
+        fresh = lint(version, body)
+        assert seen(kept) == seen(fresh) and kept.located
+    assert any(item.suppress is None for item in kept.located)
+    assert any(item.suppress is not None for item in kept.located)

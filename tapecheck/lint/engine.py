@@ -81,17 +81,19 @@ def lint_notebook(data: bytes | str, path: str, rules) -> list[Finding]:
 
 
 def lint_python(
-    source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule] = RULES, *, screen: bool = True
+    source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule] = RULES, *, screen: bool = True,
+    trees: dict | None = None,
 ) -> list[Finding]:
     """Findings for Python source, sorted by position. Raises LintError on bad input.
 
-    `screen=False` parses even a file no rule's screen admits (tests prove the screen exact)."""
+    `screen=False` parses even a file no rule's screen admits (tests prove the screen exact).
+    `trees`: the language server's parsed runs of the buffer's last version (`facts_of`)."""
     if isinstance(source, str):
         source = source.encode("utf-8", "surrogatepass")  # lone surrogates: "not valid utf-8", not a crash
     if screen and not may_fire(source, rules):
         return []
     with no_cyclic_collection():
-        return _lint_parsed(source, path, rules)
+        return _lint_parsed(source, path, rules, trees)
 
 
 @functools.lru_cache(maxsize=8)
@@ -100,10 +102,10 @@ def _codes(rules: tuple[Rule, ...]) -> tuple[frozenset, frozenset]:
     return frozenset(rule.code for rule in rules), frozenset(rule.code for rule in rules if rule.fixable)
 
 
-def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule]) -> list[Finding]:
+def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule], trees: dict | None = None) -> list[Finding]:
     selected, fixable = _codes(tuple(rules))
     kept: list | None = [] if fixable else None  # the tree and its positions, for the fixers
-    facts = facts_of(source, path, kept)
+    facts = facts_of(source, path, kept, trees)
     findings: set[Finding] = set()
     try:
         for rule in rules:
@@ -130,7 +132,7 @@ def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule]) -> list[Findin
         # The lint's own tree, positions and facts when the file was parsed whole: the same
         # tree, ranges and facts a second parse of the text would give (tests/test_fixes.py).
         parsed = (*kept[0], facts) if kept else None
-        found = attach_fixes(source, path, found, parsed)
+        found = attach_fixes(source, path, found, parsed, facts)
         if facts.model is not None:  # a fixer asked the model again
             facts.model.close()
             facts.model = None

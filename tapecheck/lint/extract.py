@@ -257,8 +257,10 @@ class FactsBuilder(FastVisitor):
         module_block = Block(len(facts.blocks), "module", None, len(facts.blocks), 1, 1)
         facts.blocks.append(module_block)
         self._block_stack.append(module_block.id)
-        for self._line_offset, module, continues_class in parts:
-            self.positions = Positions(module)
+        for part in parts:
+            self._line_offset, module, continues_class = part[0], part[1], part[2]
+            known = part[3] if len(part) > 3 else None  # `Part.positions`, worked out by the caller
+            self.positions = known if known is not None else Positions(module)
             statements, klass, statement = module.body, None, None
             if continues_class:
                 klass = statements[0]

@@ -119,7 +119,7 @@ def _children(node) -> list:
 class _Tree:
     """A parsed file with positions, parents and the facts, for the fixers."""
 
-    def __init__(self, text: str, path: str, parsed=None):
+    def __init__(self, text: str, path: str, parsed=None, facts=None):
         import libcst as cst
 
         from tapecheck.lint.extract import extract
@@ -138,7 +138,10 @@ class _Tree:
             self.module, self.positions, facts = parsed
         self._parents: dict | None = None  # built on first use (`_index`): a fixer that gives up early never walks the tree
         self._starts: dict[tuple[int, int], list] | None = None
-        self.facts = extract(self.module, path) if parsed is None else facts
+        if parsed is None:
+            self.facts = facts if facts is not None else extract(self.module, path)
+        else:
+            self.facts = facts
 
     def _index(self) -> None:
         from tapecheck.lint.fastcst import UNMARKED
@@ -426,13 +429,15 @@ FIXERS: dict[str, Callable[[_Tree, Finding], Fix | None]] = {
 }
 
 
-def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=None) -> list[Finding]:
+def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=None, facts=None) -> list[Finding]:
     """The findings, each with its fix when one applies (notebooks: none). `parsed`: the lint's
-    own `(module, positions, facts)` of `source`, parsed whole, to reuse instead of parsing again."""
+    own `(module, positions, facts)` of `source`, parsed whole, to reuse instead of parsing again.
+    `facts`: the lint's facts of a file it parsed in parts (`lint/parts.py`: the same facts as the
+    whole tree's), so that only the tree is parsed again, not walked."""
     if path.endswith(".ipynb") or not any(f.code in FIXERS for f in findings):
         return list(findings)
     try:
-        tree = _Tree(SourceText.from_bytes(source).text, path, parsed)
+        tree = _Tree(SourceText.from_bytes(source).text, path, parsed, facts)
     except Exception:  # noqa: BLE001 - a fix is optional: a file we cannot re-read gets none
         return list(findings)
     out = []

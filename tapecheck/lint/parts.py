@@ -41,12 +41,15 @@ class Part(NamedTuple):
     lines_before: int  # add to the tree's line numbers to get the file's
     module: object  # libcst.Module
     continues_class: bool  # its first statement is the rest of the class the last run ended in
+    positions: object = None  # its `fastcst.Positions` when already worked out (None: the walker does)
 
 
-def split(text: str, tree) -> list[Span] | None:
-    """Spans of the file's decoded `text` of at most about PART_CHARS, or None when the file
-    is small or cannot be cut safely. `tree`: Python's `ast` of it (None: not parsed)."""
-    if tree is None or len(text) <= PART_CHARS:
+def split(text: str, tree, limit: int | None = None) -> list[Span] | None:
+    """Spans of the file's decoded `text` of at most about `limit` characters (PART_CHARS when
+    None), or None when the file is small or cannot be cut safely. `tree`: Python's `ast` of it
+    (None: not parsed)."""
+    limit = PART_CHARS if limit is None else limit
+    if tree is None or len(text) <= limit:
         return None
     if "\r" in text:
         return None  # Python and libcst count lines alike on \n only: old Mac/Windows files parse whole
@@ -92,7 +95,7 @@ def split(text: str, tree) -> list[Span] | None:
     offsets = [line_starts[line - 1] for line, _ in cuts] + [len(text)]
     for index, (line, cut_header) in enumerate(cuts):
         # Cut before this statement when the run would outgrow PART_CHARS with it.
-        if offsets[index] > start and offsets[index + 1] - start > PART_CHARS:
+        if offsets[index] > start and offsets[index + 1] - start > limit:
             spans.append(Span(start_line - 1 - header.count("\n"), start, offsets[index], header))
             start_line, start, header = line, offsets[index], cut_header
     if not spans:
@@ -101,18 +104,39 @@ def split(text: str, tree) -> list[Span] | None:
     return spans
 
 
-def parse_each(text: str, spans: list[Span]) -> Iterator[Part]:
-    """The runs' trees, one at a time."""
+def parse_each(text: str, spans: list[Span], trees: dict | None = None) -> Iterator[Part]:
+    """The runs' trees, one at a time.
+
+    `trees` (the language server's, for one buffer): the trees and positions of the runs
+    of the last lint, by their text (the class header they repeat included), taken from
+    there instead of parsed when a run's text is unchanged; on return it holds this
+    lint's runs only. A tree and its positions are functions of the run's text alone
+    (where the run sits in the file is the walker's `lines_before`), and the walk only
+    reads them, so a reused run gives the facts a fresh parse gives (tests/test_parts.py)."""
     import libcst as cst
 
-    from tapecheck.lint.fastcst import parse_module
+    from tapecheck.lint.fastcst import Positions, parse_module
 
+    previous = dict(trees) if trees is not None else None
+    if trees is not None:
+        trees.clear()  # a failure below leaves it empty: the next lint parses afresh
     for span in spans:
+        key = span.header + text[span.start:span.end]
+        reused = previous.get(key) if previous is not None else None
+        if reused is not None:
+            trees[key] = reused
+            yield Part(span.lines_before, reused[0], bool(span.header), reused[1])
+            continue
         try:
-            module = parse_module(span.header + text[span.start:span.end])
+            module = parse_module(key)
         except Exception:  # noqa: BLE001 - any failure: the whole file decides (and reports) instead
             raise Unparsable from None
         if span.header and not (module.body and isinstance(module.body[0], cst.ClassDef)):
             raise Unparsable
+        if trees is not None:
+            positions = Positions(module)
+            trees[key] = (module, positions)
+            yield Part(span.lines_before, module, bool(span.header), positions)
+            continue
         yield Part(span.lines_before, module, bool(span.header))
         del module  # not alive while the next one is parsed

@@ -192,22 +192,30 @@ def no_cyclic_collection():
         gc.enable()
 
 
-def facts_of(source: bytes, path: str, keep: list | None = None):
+REUSED_PART_CHARS = 2 * 1024  # the runs of a buffer whose trees are kept (`trees`): an edit re-parses one
+
+
+def facts_of(source: bytes, path: str, keep: list | None = None, trees: dict | None = None):
     """The facts of one file's source (`FileFacts`): checked, parsed (in parts when large), walked
     once. Raises LintError on bad input. `keep`: a list that gets `(module, positions)` appended
-    when the file was parsed whole (the fixers reuse the tree instead of parsing it again)."""
+    when the file was parsed whole (the fixers reuse the tree instead of parsing it again).
+    `trees`: the language server's store of one buffer's runs (`parts.parse_each`): the file is
+    cut into smaller runs, and the runs whose text the last lint saw are not parsed again."""
     # Imported only past the screen: a run on files no rule can fire on never loads libcst.
     from tapecheck.lint import parts
     from tapecheck.lint.extract import extract
 
     text, tree = _checked(source)
-    spans = parts.split(text, tree)  # a large file: in parts, to bound memory
+    # a large file: in parts, to bound memory (or, with `trees`, to re-parse only what changed)
+    spans = parts.split(text, tree) if trees is None else parts.split(text, tree, REUSED_PART_CHARS)
     del tree  # Python's tree of a large file is tens of MB: gone before libcst's is built
     if spans is not None:
         try:
-            return _walk(lambda: extract(parts.parse_each(text, spans), path))
+            return _walk(lambda: extract(parts.parse_each(text, spans, trees), path))
         except parts.Unparsable:
             pass  # a cut libcst does not accept alone: the whole file decides
+    if trees is not None:
+        trees.clear()
     module = _libcst_parse(source)
     return _walk(lambda: extract(module, path, keep))
 

@@ -106,8 +106,13 @@ class KerasKinds:
     # -- classes --------------------------------------------------------------------------
     def local_class(self, dotted: str) -> Block | None:
         """The class of this file a base or constructor name (`Net`, resolved) refers to."""
-        found = [b for b in self.classes.values() if b.name == dotted and self.facts.blocks[b.parent].kind == "module"]
-        return found[-1] if found else None
+        index = self.memo.get("module classes by name")
+        if index is None:  # indexed once per file (each question scanned every class)
+            index = self.memo["module classes by name"] = {}
+            for b in self.classes.values():
+                if self.facts.blocks[b.parent].kind == "module":
+                    index[b.name] = b  # the last one of a name, as before
+        return index.get(dotted)
 
     def bases(self, klass: Block, depth: int = 0):
         """`klass` and its local base classes, nearest first."""
@@ -133,11 +138,17 @@ class KerasKinds:
         return self._methods.get(klass.id, [])
 
     def method_of_block(self, klass: Block, name: str) -> Function | None:
+        key = ("method of block", id(klass), name)  # the block held in the value: its id stays its own
+        known = self.memo.get(key)
+        if known is not None:
+            return known[1]
+        found = None
         for cls in self.bases(klass):
-            for fn in self.methods(cls):
-                if fn.name == name:
-                    return fn
-        return None
+            found = next((fn for fn in self.methods(cls) if fn.name == name), None)
+            if found is not None:
+                break
+        self.memo[key] = (klass, found)
+        return found
 
     def base_names(self, klass: Block) -> tuple[str, ...]:
         """The bases of `klass` as written and, for a base bound by assignment at module level
@@ -147,8 +158,7 @@ class KerasKinds:
         if found is None:
             names = list(klass.bases)
             aliases = self._alias_heads()
-            made = next((a for a in self.facts.assigns if a.kind == "def" and a.target == klass.name
-                         and a.site.line == klass.line), None)
+            made = self._definitions().get((klass.name, klass.line))
             for base in klass.bases:
                 if made is not None and base.partition(".")[0] in aliases:
                     named = self.alias_of(base, made.site)
@@ -157,6 +167,17 @@ class KerasKinds:
                     if named != base:
                         names.append(named)
             found = self.memo[key] = tuple(names)
+        return found
+
+    def _definitions(self) -> dict:
+        """The first `def`/`class` binding of each (name, line), indexed once per file (each class
+        scanned every binding of the file for its own)."""
+        found = self.memo.get("definitions by name and line")
+        if found is None:
+            found = self.memo["definitions by name and line"] = {}
+            for a in self.facts.assigns:
+                if a.kind == "def":
+                    found.setdefault((a.target, a.site.line), a)
         return found
 
     def is_keras(self, klass: Block | Klass, package: str = "layers") -> bool:

@@ -37,8 +37,12 @@ class Tapes:
     def opens_tape(self, block_id: int) -> bool:
         """Whether a `with tf.GradientTape() as tape:` block sits in block `block_id` of this
         file, or in a function nested in it (a builder whose returned step trains a model)."""
-        facts = self.facts
-        return any(block_id in facts.chain(with_block) for tape in facts.tapes for with_block in tape.with_blocks)
+        found = self.memo.get("blocks opening tapes")
+        if found is None:  # indexed once per file: a scan of every tape per question was quadratic
+            facts = self.facts
+            found = self.memo["blocks opening tapes"] = frozenset(
+                block for tape in facts.tapes for with_block in tape.with_blocks for block in facts.chain(with_block))
+        return block_id in found
 
     def guarded(self, site: Site, outer: int, *, argument_tests_repeat: bool = False) -> bool:
         """Inside an `if`/`else`/`except`/`case` between block `outer` and the site, or after an early

@@ -19,6 +19,7 @@ import io
 import json
 import os
 import re
+import threading
 import tokenize
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -91,6 +92,9 @@ class Place:
     col: int
 
 
+_UNSET = object()
+
+
 @dataclass
 class Located:
     """A finding (moved to its cell for notebooks) and what the editor can do about it."""
@@ -100,7 +104,29 @@ class Located:
     line: int  # 1-based, in that document
     col: int
     fix: list[tuple[str, Edit]] | None = None  # the safe fix, as edits of the editor's documents
-    suppress: tuple[str, Edit] | None = None  # the edit that adds `# noqa: CODE` on the line
+    # How to work out `suppress` when it is first asked for (a code action), not at each lint:
+    # (the buffer's `_Comments`, its `_Program`, the finding's line in the program). Placing the
+    # comment may need a tokenize of the whole buffer (~80 ms at 5,000 lines).
+    where: tuple | None = field(default=None, repr=False, compare=False)
+    _suppress: object = field(default=_UNSET, repr=False, compare=False)
+
+    @property
+    def suppress(self) -> tuple[str, Edit] | None:
+        """The edit that adds `# noqa: CODE` on the line (None where no comment fits)."""
+        if self._suppress is _UNSET:
+            value = None
+            if self.where is not None:
+                comments, program, line = self.where
+                edit = comments.suppression(line, self.finding.code)
+                if edit is not None:
+                    placed = program.edits([edit])
+                    value = placed[0] if placed else None
+            self._suppress = value
+        return self._suppress
+
+    @suppress.setter
+    def suppress(self, value: tuple[str, Edit] | None) -> None:
+        self._suppress = value
 
 
 @dataclass
@@ -234,11 +260,15 @@ def lint_snapshot(snapshot: Snapshot, settings) -> Result:
     except NotebookError as exc:  # not expected from cells the server builds itself
         result.problem = Problem(first, 1, 1, f"tapecheck: {exc}")
         return result
+    trees = _take_trees(snapshot.key, size)
     try:
-        raw = lint_python(program.data if program.program is None else program.text.encode("utf-8"), snapshot.path, rules)
+        raw = lint_python(program.data if program.program is None else program.text.encode("utf-8"), snapshot.path, rules,
+                          trees=trees)
     except LintError as exc:
         result.problem = _problem(str(exc), program)
         return result
+    finally:
+        _give_back_trees(snapshot.key, trees)
     if program.program is not None and raw:
         raw = _with_fixes(program.text, snapshot.path, raw)
     pairs = []
@@ -253,13 +283,47 @@ def lint_snapshot(snapshot: Snapshot, settings) -> Result:
             continue
         place = program.place(finding.line, finding.col)
         fix = program.edits(finding.fix.edits) if finding.fix is not None and finding.fix.safe else None
-        suppress = comments.suppression(finding.line, finding.code)
-        located = Located(shown, place.uri, place.line, place.col, fix or None)
-        if suppress is not None:
-            where = program.edits([suppress])
-            located.suppress = where[0] if where else None
-        result.located.append(located)
+        # the `# noqa` edit is placed when a code action asks for it (`Located.suppress`)
+        result.located.append(Located(shown, place.uri, place.line, place.col, fix or None, (comments, program, finding.line)))
     return result
+
+
+# The parsed runs of the last lint of each of the last few large buffers (`parts.parse_each`):
+# an edit re-parses only the runs whose text changed. The trees and positions kept take about
+# 100-150 bytes of memory per character of source (tracemalloc: 19-29 MB for the 205 KB buffer of
+# benchmarks/lsp_latency.py), so only buffers up to KEEP_TREES_CHARS keep theirs, at most
+# KEEP_TREES_BUFFERS of them (the most recently linted): at most ~150 MB in all.
+KEEP_TREES_CHARS = 512 * 1024
+KEEP_TREES_BUFFERS = 2
+_trees: dict[str, dict] = {}  # by the buffer's key, least recently linted first
+_trees_lock = threading.Lock()
+
+
+def _take_trees(key: str, size: int) -> dict | None:
+    """`key`'s store of parsed runs, taken out of the shared ones while a lint uses it (empty when
+    none; a lint of the same buffer on another thread meanwhile starts with none), or None when
+    the buffer is too large to keep them. `_give_back_trees` puts it back."""
+    with _trees_lock:
+        trees = _trees.pop(key, None)
+    if size > KEEP_TREES_CHARS:
+        return None
+    return trees if trees is not None else {}
+
+
+def _give_back_trees(key: str, trees: dict | None) -> None:
+    if trees is None:
+        return
+    with _trees_lock:
+        _trees.pop(key, None)
+        _trees[key] = trees
+        while len(_trees) > KEEP_TREES_BUFFERS:
+            del _trees[next(iter(_trees))]
+
+
+def forget(key: str) -> None:
+    """Drop a closed buffer's parsed runs."""
+    with _trees_lock:
+        _trees.pop(key, None)
 
 
 def _with_fixes(text: str, path: str, findings: list[Finding]) -> list[Finding]:
@@ -297,27 +361,34 @@ class _Comments:
         self.lines = split_lines(text)
         self._scanned = None
         self._continued: set[int] | None = None
+        # Worked out when a code action first asks (`Located.suppress`), maybe on two threads at once:
+        # each index is built whole, then published.
+        self._lock = threading.Lock()
 
     def _suppressions(self):
-        if self._scanned is None:
-            from tapecheck.lint.suppressions import scan
+        with self._lock:
+            if self._scanned is None:
+                from tapecheck.lint.suppressions import scan
 
-            self._scanned = {}
-            for suppression in scan(self.text, self.path):
-                self._scanned.setdefault(suppression.line, []).append(suppression)
-        return self._scanned
+                scanned: dict = {}
+                for suppression in scan(self.text, self.path):
+                    scanned.setdefault(suppression.line, []).append(suppression)
+                self._scanned = scanned
+            return self._scanned
 
     def _inside_tokens(self) -> set[int]:
         """Lines whose end lies inside a token (a string over several lines): no comment fits there."""
-        if self._continued is None:
-            self._continued = set()
-            try:
-                for token in tokenize.generate_tokens(io.StringIO(self.text).readline):
-                    if token.start[0] < token.end[0] and token.type not in (tokenize.NL, tokenize.NEWLINE):
-                        self._continued.update(range(token.start[0], token.end[0]))
-            except (tokenize.TokenError, SyntaxError, ValueError):
-                pass
-        return self._continued
+        with self._lock:
+            if self._continued is None:
+                continued: set[int] = set()
+                try:
+                    for token in tokenize.generate_tokens(io.StringIO(self.text).readline):
+                        if token.start[0] < token.end[0] and token.type not in (tokenize.NL, tokenize.NEWLINE):
+                            continued.update(range(token.start[0], token.end[0]))
+                except (tokenize.TokenError, SyntaxError, ValueError):
+                    pass
+                self._continued = continued
+            return self._continued
 
     def suppression(self, line: int, code: str) -> Edit | None:
         if not 1 <= line <= len(self.lines):

@@ -39,7 +39,7 @@ from pygls.uris import to_fs_path
 
 from tapecheck._version import __version__
 from tapecheck.rules import rule_name
-from tapecheck.server.linting import Cell, Located, Result, Snapshot, code_units, lint_snapshot, rule_url, split_lines, word_end
+from tapecheck.server.linting import Cell, Located, Result, Snapshot, code_units, forget, lint_snapshot, rule_url, split_lines, word_end
 
 logger = logging.getLogger("tapecheck.server")
 
@@ -376,6 +376,7 @@ class TapecheckServer(LanguageServer):
 
     def clear(self, key: str) -> None:
         key = unquote(key)
+        forget(key)  # its parsed runs
         self._dirty.discard(key)
         self._results.pop(key, None)
         for uri in self._published.pop(key, set()):
@@ -416,10 +417,12 @@ class TapecheckServer(LanguageServer):
             return []
         lines = split_lines(cell.text)
         first, last = params.range.start.line + 1, params.range.end.line + 1
+        wanted_items = [item for item in result.located if unquote(item.uri) == uri and first <= item.line <= last]
+        if wanted_items:
+            # Placing a `# noqa` may tokenize the whole buffer (~80 ms at 5,000 lines): off the protocol's thread.
+            await asyncio.get_running_loop().run_in_executor(None, lambda: [item.suppress for item in wanted_items])
         actions: list[types.CodeAction] = []
-        for item in result.located:
-            if unquote(item.uri) != uri or not first <= item.line <= last:
-                continue
+        for item in wanted_items:
             diagnostic = self.diagnostic(item, lines)
             code = item.finding.code
             if item.fix:
