@@ -32,6 +32,10 @@ SPELLINGS = {
     # `tf` handed out by a module of the project: the file never says `tensorflow`
     "TAP501-project-tf": "from .common import tf\n@tf.function" + SIDE_EFFECT_BODY,
     "TAP501-star-tf": "from project.common import *\n@tf.function" + SIDE_EFFECT_BODY,
+    "TAP501-bracketed-map": (
+        "import numpy as np\nimport tensorflow as tf\ndef augment(image):\n    return image + np.random.normal(0.0, 0.1)\n"
+        "ds = tf.data.Dataset.from_tensor_slices(images)\nds = (ds.map  # each element\n      )(augment)\n"
+    ),
     "TAP501-commented-decorator": "import tensorflow as tf\n@(tf.  # traced\n  function)" + SIDE_EFFECT_BODY,
     "TAP301-split-read": (
         "import tensorflow as tf\nacc = tf.keras.metrics.Mean()\nfor epoch in range(3):\n"

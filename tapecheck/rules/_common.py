@@ -63,6 +63,16 @@ POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_
 COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
 
 
+# `.map(` of a `tf.data` dataset (the method `dataset_map` asks for): spaces, continuations and
+# comments between the tokens, and brackets closing before the call (`(ds.map)(f)`).
+MAP_CALL = re.compile(rb"\.(?:[\s\\]|#[^\n]*\n)*map(?:[\s\\)]|#[^\n]*\n)*\(")
+
+
+def calls_map_method(source: bytes) -> bool:
+    """A screen: some `.map(...)` method call is here."""
+    return b"map" in source and MAP_CALL.search(source) is not None
+
+
 CALL_METHOD = re.compile(rb"def[ \t\\]+(?:call|__call__)[ \t\\]*\(")
 
 

@@ -78,10 +78,9 @@ from __future__ import annotations
 
 
 import os
-import re
 
 from tapecheck.model import GRADIENT_METHODS, TF_FUNCTIONS, dataset_map, mapped_functions, method_of, model_of
-from tapecheck.rules._common import compiles_a_loss, defines_call, names_tf_function, report
+from tapecheck.rules._common import calls_map_method, compiles_a_loss, defines_call, names_tf_function, report
 
 # Its mistake raises an exception: findings inside a test that expects that error
 # (`pytest.raises`, `assertRaises`) are left out, by the rule catalog.
@@ -92,7 +91,6 @@ SUMMARY = "an optimizer, metric, `tf.Variable` or stateful Keras layer is create
 PROBE = True
 
 
-MAP_CALL = re.compile(rb"\.[\s\\]*map[\s\\]*\(")
 
 
 def screen(source: bytes) -> bool:
@@ -104,7 +102,7 @@ def screen(source: bytes) -> bool:
         return True
     if defines_call(source) or names_tf_function(source, decorator=True):
         return True
-    return b"map" in source and MAP_CALL.search(source) is not None
+    return calls_map_method(source)
 
 
 NOT_STEPS = frozenset({"__init__", "build", "__call__", "call"})

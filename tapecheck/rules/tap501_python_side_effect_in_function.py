@@ -63,9 +63,7 @@ def train_step(model, optimizer, x, y):
 
 from __future__ import annotations
 
-import re
-
-from tapecheck.rules._common import names_tf_function, report
+from tapecheck.rules._common import calls_map_method, names_tf_function, report
 from tapecheck.model import (
     METADATA_CALLS,
     TF_FUNCTIONS,
@@ -85,7 +83,6 @@ NAME = "python-side-effect-in-function"
 SUMMARY = "inside `@tf.function`: `.numpy()`, `float(t)`, `print(t)` or Python randomness run only at trace time"
 PROBE = False  # no runtime twin in tapecheck.probe yet
 
-MAP_CALL = re.compile(rb"\.[\s\\]*map[\s\\]*\(")
 
 
 def screen(source: bytes) -> bool:
@@ -93,7 +90,7 @@ def screen(source: bytes) -> bool:
     `tensorflow.compat.v2.function`, an alias `import tensorflow as tf2`, `from tensorflow import
     compat` then `compat.v2.function`, `from tensorflow import function`, a `tf` of a star import);
     or a `.map(` of a `tf.data` dataset."""
-    if b"map" in source and MAP_CALL.search(source):
+    if calls_map_method(source):
         return True  # a function mapped over a tf.data dataset (made here or by another module) is traced
     return names_tf_function(source)
 
