@@ -63,6 +63,16 @@ POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_
 COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
 
 
+# `.map(` of a `tf.data` dataset (the method `dataset_map` asks for): spaces, continuations and
+# comments between the tokens, and brackets closing before the call (`(ds.map)(f)`).
+MAP_CALL = re.compile(rb"\.(?:[\s\\]|#[^\n]*\n)*map(?:[\s\\)]|#[^\n]*\n)*\(")
+
+
+def calls_map_method(source: bytes) -> bool:
+    """A screen: some `.map(...)` method call is here."""
+    return b"map" in source and MAP_CALL.search(source) is not None
+
+
 CALL_METHOD = re.compile(rb"def[ \t\\]+(?:call|__call__)[ \t\\]*\(")
 
 
@@ -83,5 +93,138 @@ def _loss_keyword(source: bytes) -> bool:
     for match in LOSS_VALUE.finditer(source):
         before = source[match.start() - 1:match.start()]
         if not (before.isalnum() or before == b"_"):
+            return True
+    return False
+
+
+# -- tf.function as the facts resolve it -----------------------------------------------------
+# The facts resolve a dotted name by its head alone, through the file's imports (`tf.X` ->
+# `tensorflow.X`), and TF_FUNCTIONS are `tensorflow.function` and `tensorflow.compat.v1/v2.function`.
+# So a name reaches them only spelled `H.function` (H bound to tensorflow or tensorflow.compat.vN),
+# `H.vN.function` (H: tensorflow.compat), `H.compat.vN.function` (H: tensorflow), or `H` alone bound
+# to one of them (`from tensorflow import function as tff`). Only three things bind such an H: the
+# name `tensorflow` itself (also unimported), an import statement that names tensorflow (`from
+# tensorflow import compat`, `import os, tensorflow.compat.v2 as tf2`), and, for `tf`, a star import
+# or a `from project import tf` (the facts take either `tf` for TensorFlow). Every search starts
+# with a literal.
+DOT_FUNCTION = re.compile(rb"\.(?:[ \t\f\r\n\\]|#[^\n]*\n)*function(?![\w\x80-\xff])")
+IMPORT_STATEMENT = re.compile(rb"import[ \t\f\\]*(\([^)]*\)|(?:[^\n\\]|\\\r?\n)*)")
+TF_FUNCTION_TAILS = frozenset({(), (b"v1",), (b"v2",), (b"compat", b"v1"), (b"compat", b"v2")})
+NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_" + bytes(range(0x80, 0x100)))
+NAME = re.compile(rb"[\w\x80-\xff]+")
+_GAP = rb"(?:[ \t\f\r\n\\]|#[^\n]*\n)*"
+TF_MODULE_NAME = rb"tensorflow(?:" + _GAP + rb"\." + _GAP + rb"compat(?:" + _GAP + rb"\." + _GAP + rb"v[12])?)?"
+FROM_TF_MODULE = re.compile(rb"from" + _GAP + TF_MODULE_NAME + _GAP + rb"\Z")
+TF_MODULE_AS = re.compile(TF_MODULE_NAME + rb"(?:" + _GAP + rb"\." + _GAP + rb"function)?" + _GAP + rb"as[ \t\f\r\n\\]+([\w\x80-\xff]+)")
+
+
+def _tensorflow_import_names(source: bytes) -> set[bytes]:
+    """A superset of the names import statements bind to tensorflow, tensorflow.compat(.vN) or
+    their `function`: every word imported `from` one of those modules, each `as` name of an
+    `import tensorflow[.compat[.vN]] as H`, and `tf` after a star import or a `from ... import tf`.
+    (`tensorflow` itself needs no import to resolve.)"""
+    names: set[bytes] = set()
+    for match in IMPORT_STATEMENT.finditer(source):
+        start = source.rfind(b"\n", 0, match.start()) + 1
+        while start > 1:  # the logical line: back over backslash continuations
+            previous = source.rfind(b"\n", 0, start - 1) + 1
+            if not source[previous:start - 1].rstrip(b"\r").endswith(b"\\"):
+                break
+            start = previous
+        imported = match.group(1)
+        if imported.startswith(b"*") or b"tf" in imported and b"tf" in NAME.findall(imported):
+            names.add(b"tf")  # a star import, `from project import tf`: the facts' TensorFlow
+        if b"tensorflow" in imported:
+            names.update(TF_MODULE_AS.findall(imported))
+        if b"tensorflow" in source[start:match.start()] and FROM_TF_MODULE.search(source, start, match.start()):
+            names.update(NAME.findall(imported))
+    return names
+
+
+def _dotted_before(source: bytes, end: int):
+    """(parts of the dotted name that ends right before the `.` at `end`, head first; the index
+    before its head), (() , 0) when no plain dotted name ends there (`f().function`), or None when a
+    line break between its parts (in brackets, after a backslash: maybe a comment) makes it unsure."""
+    parts = []
+    while True:
+        j = end
+        while j > 0 and source[j - 1] in b" \t\f":
+            j -= 1
+        if j > 0 and source[j - 1] in b"\n\r\\":
+            return None
+        k = j
+        while k > 0 and source[k - 1] in NAME_BYTES:
+            k -= 1
+        if k == j:
+            return (), 0
+        parts.append(source[k:j])
+        before = k
+        while before > 0 and source[before - 1] in b" \t\f":
+            before -= 1
+        if before > 0 and source[before - 1] == 0x2E:  # "."
+            end = before - 1
+            continue
+        return tuple(reversed(parts)), k
+
+
+def _decorates(source: bytes, head: int) -> bool:
+    """Whether the name starting at `head` is a decorator's: `@` before it, across spaces, line
+    breaks, backslashes and `(` (True when a line crossed holds a `#`: maybe a comment between)."""
+    index = head
+    while index > 0:
+        byte = source[index - 1]
+        if byte == 0x40:  # "@"
+            return True
+        if byte == 0x0A:  # a line break: `@(` on a line above; a comment there would hide the `@`
+            line = source[source.rfind(b"\n", 0, index - 1) + 1:index - 1]
+            if b"#" in line:
+                return True
+        elif byte not in b" \t\f\r\\(":
+            return False
+        index -= 1
+    return False
+
+
+def names_tf_function(source: bytes, decorator: bool = False) -> bool:
+    """A screen: some name here may resolve to `tf.function` (TF_FUNCTIONS) through this file's
+    imports; with `decorator`, as a decorator (`@tf.function`, `@compat.v2.function(...)`).
+    False only when none can (see the note above)."""
+    if b"function" not in source:
+        return False
+    imported = None
+    for match in DOT_FUNCTION.finditer(source):
+        found = _dotted_before(source, match.start())
+        if found is None:
+            return True  # unsure
+        parts, head = found
+        if not parts or parts[1:] not in TF_FUNCTION_TAILS:
+            continue
+        if parts[0] != b"tensorflow":
+            if imported is None:
+                imported = _tensorflow_import_names(source)
+            if parts[0] not in imported:
+                continue
+        if not decorator or _decorates(source, head):
+            return True
+    if imported is None:
+        imported = _tensorflow_import_names(source)
+    return b"function" in imported  # `from tensorflow import function (as tff)`
+
+
+# A call of the builtin `zip`, `map` or `filter` by its bare name (`zip(a, b)`, `(map)  (f, xs)`):
+# the name, then brackets closing, spaces, continuations or comments, then `(`. Searched from the
+# literal name; the byte before it is checked (no name character, no `.`).
+BUILTIN_CALLS = {
+    name: re.compile(name + rb"(?:[\s\\)]|#[^\n]*\n)*\(") for name in (b"zip", b"map", b"filter")
+}
+
+
+def calls_builtin(source: bytes, name: bytes) -> bool:
+    """A screen: `name` (zip, map or filter) may be called here by its bare name."""
+    if name not in source:
+        return False
+    for match in BUILTIN_CALLS[name].finditer(source):
+        start = match.start()
+        if start == 0 or source[start - 1] not in NAME_BYTES and source[start - 1] != 0x2E:
             return True
     return False

@@ -78,10 +78,9 @@ from __future__ import annotations
 
 
 import os
-import re
 
 from tapecheck.model import GRADIENT_METHODS, TF_FUNCTIONS, dataset_map, mapped_functions, method_of, model_of
-from tapecheck.rules._common import compiles_a_loss, defines_call, report
+from tapecheck.rules._common import calls_map_method, compiles_a_loss, defines_call, names_tf_function, report
 
 # Its mistake raises an exception: findings inside a test that expects that error
 # (`pytest.raises`, `assertRaises`) are left out, by the rule catalog.
@@ -92,18 +91,18 @@ SUMMARY = "an optimizer, metric, `tf.Variable` or stateful Keras layer is create
 PROBE = True
 
 
-MAP_CALL = re.compile(rb"\.[\s\\]*map[\s\\]*\(")
 
 
 def screen(source: bytes) -> bool:
-    """A tape here, a loss given to `compile` (Keras records it on its own tape), a layer's
-    `call` (a variable or a layer it could make), a `tf.function` (a layer it could make; TAP501
-    parses these files anyway), or a `.map(` (of a `tf.data` dataset)."""
+    """What the check reads: a tape or an `apply_gradients` (a training step or loop), a loss given
+    to `compile` (Keras records it on its own tape), a layer's `call` (a variable or a layer it
+    could make), a `tf.function` decorator (a layer it could make while tracing, an optimizer handed
+    to it), or a `.map(` (of a `tf.data` dataset)."""
     if b"apply_gradients" in source or b"GradientTape" in source or compiles_a_loss(source):
         return True
-    if defines_call(source) or b"function" in source:
+    if defines_call(source) or names_tf_function(source, decorator=True):
         return True
-    return b"map" in source and MAP_CALL.search(source) is not None
+    return calls_map_method(source)
 
 
 NOT_STEPS = frozenset({"__init__", "build", "__call__", "call"})

@@ -73,12 +73,18 @@ base, no pairs handed on) is not read as taking a `zip`.
 from __future__ import annotations
 
 from tapecheck.model import model_of
-from tapecheck.rules._common import report
+from tapecheck.rules._common import calls_builtin, report
 
 CODE = "TAP407"
 NAME = "iterator-consumed-twice"
 SUMMARY = "a `zip`/`map`/`filter` iterator (or `apply_gradients`'s `grads_and_vars`) iterated twice: the second pass sees nothing"
-TRIGGERS = (b"zip", b"map", b"filter", b"apply_gradients")
+
+
+def screen(source: bytes) -> bool:
+    """What `_iterator_bindings` reads: a call of the builtin `zip`, `map` or `filter` by its bare
+    name (`pairs = zip(grads, variables)`), or an `apply_gradients` (a method taking the pairs)."""
+    return b"apply_gradients" in source or any(calls_builtin(source, name) for name in (b"zip", b"map", b"filter"))
+
 
 ITERATORS = frozenset({"zip", "map", "filter"})
 # Builtins that run through their whole argument.

@@ -63,9 +63,7 @@ def train_step(model, optimizer, x, y):
 
 from __future__ import annotations
 
-import re
-
-from tapecheck.rules._common import report
+from tapecheck.rules._common import calls_map_method, names_tf_function, report
 from tapecheck.model import (
     METADATA_CALLS,
     TF_FUNCTIONS,
@@ -84,40 +82,17 @@ CODE = "TAP501"
 NAME = "python-side-effect-in-function"
 SUMMARY = "inside `@tf.function`: `.numpy()`, `float(t)`, `print(t)` or Python randomness run only at trace time"
 PROBE = False  # no runtime twin in tapecheck.probe yet
-# The modules whose `function` the rule knows (TF_FUNCTIONS), and whole import statements of
-# them (parenthesized and backslash-continued names too).
-TF_MODULE = rb"tensorflow(?:\.compat(?:\.v[12])?)?"
-# Two patterns, each starting with a literal (found at memchr speed; one alternation made `re`
-# try every byte: 0.21 s on tensorflow+keras, now 0.07 s). Together they find every import the
-# alternation found (and, at most, overlapping ones it skipped: the screen only says yes more).
-_IMPORTED = rb"[ \t]*(\([^)]*\)|(?:[^\n\\]|\\\n)*)"
-TF_IMPORTS = (
-    re.compile(rb"from[ \t]+" + TF_MODULE + rb"[ \t]+import" + _IMPORTED),
-    re.compile(rb"import[ \t]+" + TF_MODULE + _IMPORTED),
-)
 
-
-MAP_CALL = re.compile(rb"\.[\s\\]*map[\s\\]*\(")
 
 
 def screen(source: bytes) -> bool:
-    """`tf.function` through any spelling the rule resolves: `tensorflow.function`,
-    `tf.compat.v2.function`, an alias (`import tensorflow as tf2`), `from tensorflow import function`;
+    """`tf.function` through any spelling the facts resolve (`names_tf_function`: `tf.function`,
+    `tensorflow.compat.v2.function`, an alias `import tensorflow as tf2`, `from tensorflow import
+    compat` then `compat.v2.function`, `from tensorflow import function`, a `tf` of a star import);
     or a `.map(` of a `tf.data` dataset."""
-    if b"map" in source and MAP_CALL.search(source):
+    if calls_map_method(source):
         return True  # a function mapped over a tf.data dataset (made here or by another module) is traced
-    if b"tensorflow" not in source:
-        return False
-    names = set()
-    for statement in (found for pattern in TF_IMPORTS for found in pattern.finditer(source)):
-        text = statement.group(0)
-        if text.startswith(b"from") and b"function" in statement.group(1):
-            return True
-        names.update(re.findall(rb"\bas[ \t]+(\w+)", text) or [b"tensorflow"])
-    if not names:
-        return False
-    spelled = b"|".join(re.escape(name) for name in sorted(names))  # one search of the file for them all
-    return re.search(rb"(?:" + spelled + rb")(?:\.compat(?:\.v[12])?)?\.function\b", source) is not None
+    return names_tf_function(source)
 
 
 # Their function arguments run eagerly, on real values: anything goes there.
