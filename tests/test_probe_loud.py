@@ -210,3 +210,19 @@ def test_an_eager_shared_optimizer_is_explained_though_keras_prints_the_variable
     assert type(error) is ValueError and "\n" in str(error)
     static = [(f.line, f.code) for f in lint_file(str(path)).findings]
     assert [(f.line, f.code) for f in probe.findings if f.code == "TAP404"] == static == [(46, "TAP404")]
+
+
+def test_a_second_optimizer_handed_to_a_traced_step_is_tap409_to_the_lint_and_the_probe():
+    """The lint reports the call that hands the traced step its second optimizer; the probe, the
+    step's update whose new trace makes that optimizer's variables, naming the line that made it
+    (it used to say TAP402, "a new optimizer is made here at every call", which was not so)."""
+    from tapecheck.lint import lint_file
+
+    path = LOUD / "bad_second_optimizer_retrace.py"
+    probe, error = run_probed(path)
+    assert type(error) is ValueError and "only supports singleton tf.Variables" in str(error)
+    assert [(f.line, f.code) for f in lint_file(str(path)).findings] == [(37, "TAP409")]
+    assert lint_file(str(LOUD / "good_second_optimizer_retrace.py")).findings == []
+    [finding] = probe.findings
+    assert (finding.line, finding.code, finding.details["cause"]) == (20, "TAP409", "optimizer-built-in-later-trace")
+    assert "the `RMSprop` it is given now (made at line 36)" in finding.message

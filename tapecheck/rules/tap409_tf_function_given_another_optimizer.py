@@ -66,7 +66,8 @@ runs with it (`finetune.build(model.trainable_variables)`: its variables then ex
 new trace makes none).
 
 ## Where it stays silent
-When the second optimizer makes no variables (`SGD` without momentum), when the
+When the second optimizer makes no variables (`SGD` without momentum) or may not (`SGD`
+given a momentum whose value is not read), when the
 `tf.function` is made anew for each optimizer (defined inside another function),
 when an optimizer is built (`.build(...)`) anywhere in the file, when which optimizer a call
 passes is not known for certain (a parameter nothing in the file fills, a name bound on some
@@ -77,7 +78,7 @@ paths only, an attribute), when the two calls never both run (the two branches o
 from __future__ import annotations
 
 from tapecheck.model import TF_FUNCTIONS, is_keras_class, keras_member, model_of
-from tapecheck.rules._common import report
+from tapecheck.rules._common import names_tf_function, report
 
 # Its mistake raises an exception: findings inside a test that expects that error are left out.
 RAISES = True
@@ -90,8 +91,11 @@ MAX_DEPTH = 3  # helpers between the call that names the optimizer and the trace
 
 
 def screen(source: bytes) -> bool:
-    """A traced function (any spelling of `tf.function` holds `function`) that applies gradients."""
-    return b"function" in source and (b"apply_gradients" in source or b".minimize(" in source or b".apply(" in source)
+    """An update (`apply_gradients`, `.minimize(`, `.apply(`) and a `tf.function` decorator, spelled
+    any way the file's imports allow."""
+    if b"apply_gradients" not in source and b".minimize(" not in source and b".apply(" not in source:
+        return False
+    return names_tf_function(source, decorator=True)
 
 
 VALID = [
@@ -243,8 +247,8 @@ def _makes_variables(model, assign) -> bool | None:
     momentum = call.arg(1, "momentum") if call is not None else None
     if momentum is None:
         return False
-    if momentum.kind == "constant" and momentum.text.replace(".", "", 1).isdigit():
-        return float(momentum.text) != 0.0
+    if momentum.kind == "constant" and type(momentum.value) is int:
+        return momentum.value != 0  # (the facts keep integers and strings; a float is not read)
     return None
 
 
