@@ -218,7 +218,8 @@ def train(gen, disc, g_loss, d_loss, data):
 
 class Passed:
     """One way an optimizer reaches the traced step: the call, in the scope where the optimizer is
-    bound, that hands it on (`site`), the binding that made it, and the calls from there to the step."""
+    bound, that hands it on (`call`), the binding that made it (`made`), and the calls from that one
+    to the step (`path`, outermost first)."""
 
     __slots__ = ("call", "made", "path")
 
@@ -252,10 +253,6 @@ def _makes_variables(model, assign) -> bool | None:
     return None
 
 
-def _made_optimizer(model, assign) -> bool:
-    return bool(_optimizer_class(model, assign))
-
-
 def _passed(model, fn, param, depth=0):
     """Every way an optimizer reaches `param` of `fn`, or None when one of them is not known for
     certain (then the rule says nothing)."""
@@ -278,7 +275,7 @@ def _passed(model, fn, param, depth=0):
             if inner is None:
                 return None
             found.extend(Passed(p.call, p.made, p.path + (call,)) for p in inner)
-        elif _made_optimizer(model, assign):
+        elif _optimizer_class(model, assign):
             found.append(Passed(call, assign, (call,)))
         else:
             return None
@@ -379,8 +376,9 @@ def _second(model, passed):
     return None
 
 
-def _through(facts, fn, way) -> str:
-    """`fit_one_epoch(...)` (line 164) hands it to `train_step`: the calls between, for the message."""
+def _through(way) -> str:
+    """For the message: the calls between the one that names the optimizer and the step
+    (`, handed on by `train_step(...)` at line 44`), or nothing when it calls the step itself."""
     inner = way.path[1:]
     if not inner:
         return ""
@@ -405,7 +403,7 @@ def _report(model, fn, apply, first, second):
         f"(line {apply.site.line}) with the optimizer it is given. It first runs with `{made_first.target}` "
         f"made at line {made_first.site.line} (`{first.call.func.text}(...)` at line {first.call.site.line}); "
         f"this call hands it `{made_second.target}`, another optimizer made at line {made_second.site.line}"
-        f"{_through(facts, fn, second)}. A new object makes `{name}` trace again, and that trace must create "
+        f"{_through(second)}. A new object makes `{name}` trace again, and that trace must create "
         "the new optimizer's variables (its moments, accumulators or momentum): TensorFlow allows variables only "
         f"on a `tf.function`'s first trace, so it raises {_error(model, made_first)}",
         f"Make a new `tf.function` for each optimizer (define `{name}` inside a function that returns it, and "
