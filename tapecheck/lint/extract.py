@@ -295,7 +295,10 @@ class FactsBuilder(FastVisitor):
             for d in node.decorators
         )
         positional = len(node.params.posonly_params) + len(node.params.params)
-        with self._block("function", node, name=node.name.value, decorators=decorators, positional=positional):
+        star_kwarg = node.params.star_kwarg
+        kwargs = star_kwarg.name.value if isinstance(star_kwarg, cst.Param) else ""
+        with self._block("function", node, name=node.name.value, decorators=decorators, positional=positional,
+                         kwargs=kwargs):
             params = node.params
             for param in (*params.posonly_params, *params.params, *params.kwonly_params):
                 self._bind(param.name, None, "param", param)

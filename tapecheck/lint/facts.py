@@ -36,6 +36,7 @@ class Block:
     paused: tuple[int, ...] = ()  # `with tape.stop_recording():` blocks
     test_span: tuple[int, int] = (0, 0)  # if/else: orders (after start, up to end) of the `if` test
     positional: int = 0  # functions: how many parameters may be passed by position (not `*args`)
+    kwargs: str = ""  # functions: the name of the `**` parameter, "" when there is none
 
 
 @dataclass(slots=True, frozen=True)

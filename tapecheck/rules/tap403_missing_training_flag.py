@@ -141,6 +141,15 @@ class Features(keras.layers.Layer):
             return inputs["training"]
         return inputs["serving"]
 """,
+    # keys of another parameter than `**kwargs` (a dict given after the inputs)
+    """
+import keras
+class Masked(keras.layers.Layer):
+    def call(self, inputs, mask=None, **kwargs):
+        if "training" in mask:
+            return inputs * mask["training"]
+        return inputs * mask.get("training", 1.0)
+""",
     # the wrapper passes `training` to the wrapped `call` where that call takes it
     """
 import inspect
@@ -790,7 +799,7 @@ def _training_from_kwargs(model, fn):
     facts = model.facts
     for call in model.calls_in_scope(fn.block.id):
         receiver, _, method = call.func.text.rpartition(".")
-        if method not in ("get", "pop") or receiver not in fn.params[1:] or not call.args:
+        if method not in ("get", "pop") or not receiver or receiver != fn.block.kwargs or not call.args:
             continue
         key = call.args[0]
         if key.kind != "constant" or key.value != "training":
@@ -812,8 +821,8 @@ def _training_from_kwargs(model, fn):
         key, holder = compare.left, compare.right
         if key is None or key.kind != "constant" or key.value != "training":
             continue
-        if holder is None or holder.kind != "name" or holder.text not in fn.params[2:]:
-            continue  # `"training" in inputs`: the first argument may be a dict of features
+        if holder is None or holder.kind != "name" or not holder.text or holder.text != fn.block.kwargs:
+            continue  # `"training" in inputs`, `in mask`: another parameter may be a dict of anything
         finding = report(
             facts, compare.site, CODE,
             f"`{fn.qualname}` looks for `training` in `**{holder.text}` (`\"training\" {compare.operator} "
