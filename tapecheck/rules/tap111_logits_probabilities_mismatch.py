@@ -217,6 +217,22 @@ def step(model, x, y):
 ]
 
 INVALID = [
+    # the loss handed to a trainer beside a metric of the same class: reported at the loss
+    """
+import keras
+from nni.nas.tensorflow.enas import EnasTrainer
+class Net(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(16, activation="relu")
+        self.out = keras.layers.Dense(10)
+    def call(self, x):
+        return self.out(self.hidden(x))
+net = Net()
+trainer = EnasTrainer(net,
+                      metrics=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      loss=keras.losses.SparseCategoricalCrossentropy())  # expect: TAP111
+""",
     # a from-scratch classifier: a linear last layer, the loss object left at from_logits=False
     """
 import tensorflow as tf
@@ -516,8 +532,9 @@ def _handed_together(model, facts, call):
         member = keras_member(model.resolved(loss.func_text, call.site), "losses") if loss.func_text else ""
         if member not in PROBABILITY_CLASSES or _literal(loss.keywords.get("from_logits")) is not False:
             return
-        inner = [c for c in model.spans.calls_in((call.site.order, call.end_order)) if c.func.text == loss.func_text]
-        where = inner[0].site if inner else where
+        span = call.span_of(loss)  # the loss's own call, not an earlier one of the same class (a metric)
+        made = model.call_at(span, loss) if span is not None else None
+        where = made.site if made is not None else where
         what = f"`{member}()`"
     elif loss.kind in ("name", "attribute") and loss.text:
         resolved = model.resolved(loss.text, call.site)
