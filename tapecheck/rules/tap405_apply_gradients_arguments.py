@@ -192,10 +192,8 @@ def _own_class_takes_many(model, receiver: str, site) -> bool:
     if klass is None:
         calls = model.value_calls(receiver, site) or []
         blocks = [model.local_class(model.resolved(c.func.text, c.site)) for c in calls if c.func.text]
-        klass_blocks = [b for b in blocks if b is not None]
-    else:
-        klass_blocks = [klass.block]
-    return any(model.method_of_block(block, "apply_gradients") is not None for block in klass_blocks)
+        return any(model.method_of_block(block, "apply_gradients") is not None for block in blocks if block is not None)
+    return model.method(klass, "apply_gradients") is not None  # asked of the model of its own file
 
 
 def _keras_optimizer(model, receiver: str, site) -> bool:
