@@ -129,7 +129,7 @@ class StepLogsHooks:
             return
         path = os.path.abspath(code.co_filename)
         line, col, values = _returned_dict(path, code.co_firstlineno, set(logs) if isinstance(logs, dict) else set())
-        model_name, call_site = _model_name(model, caller)
+        model_name, _ = _model_name(model, caller)
         compiled = getattr(model, "_compile_metrics", None)
         what = " and ".join("the metrics given to `compile(metrics=...)`" if metric is compiled else
                             f"the metric `{names.keras_name(metric)}`" for metric in unbuilt)

@@ -89,17 +89,16 @@ SUMMARY = "a variable passed by position to a project function whose parameter t
 
 # Training code, as `_training_code` reads it: a callee named `...loss...`, a tape recording (the
 # word `tape` is in every file that makes or names one), a callee that opens a tape called from a
-# file naming an optimizer, or a training method of a class.
-TRAINING_TEXT = re.compile(rb"(?i:loss|tape|optimizer)|def\s+(?:call|__call__|train_step|test_step|compute_loss)\b")
-# The same search, each part from a literal: the case-blind words in a lowered copy (`bytes.lower`
-# and `(?i)` on bytes both fold ASCII only), then `def` (the one pattern, which starts with an
-# alternation, tried every byte: 0.71 s of the screen on tensorflow+keras).
+# file naming an optimizer, or a training method of a class. Each part searched from a literal: the
+# case-blind words in a lowered copy (`bytes.lower` folds ASCII only, as `(?i)` on bytes does), then
+# `def` (one pattern `(?i:loss|tape|optimizer)|def...`, starting with an alternation, was tried at
+# every byte: 0.71 s of the screen on tensorflow+keras).
 TRAINING_WORDS = (b"loss", b"tape", b"optimizer")
 TRAINING_DEF = re.compile(rb"def\s+(?:call|__call__|train_step|test_step|compute_loss)\b")
 
 
 def screen(source: bytes) -> bool:
-    """A file with training code (see TRAINING_TEXT) that defines or imports a function."""
+    """A file with training code (TRAINING_WORDS, TRAINING_DEF) that defines or imports a function."""
     if b"def " not in source and b"import" not in source:
         return False
     lowered = source.lower()

@@ -15,6 +15,7 @@ the client offers another). Lines end at "\\r\\n", "\\r" or "\\n", as both defin
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -92,9 +93,6 @@ class Place:
     col: int
 
 
-_UNSET = object()
-
-
 @dataclass
 class Located:
     """A finding (moved to its cell for notebooks) and what the editor can do about it."""
@@ -108,25 +106,18 @@ class Located:
     # (the buffer's `_Comments`, its `_Program`, the finding's line in the program). Placing the
     # comment may need a tokenize of the whole buffer (~80 ms at 5,000 lines).
     where: tuple | None = field(default=None, repr=False, compare=False)
-    _suppress: object = field(default=_UNSET, repr=False, compare=False)
 
-    @property
+    @functools.cached_property
     def suppress(self) -> tuple[str, Edit] | None:
         """The edit that adds `# noqa: CODE` on the line (None where no comment fits)."""
-        if self._suppress is _UNSET:
-            value = None
-            if self.where is not None:
-                comments, program, line = self.where
-                edit = comments.suppression(line, self.finding.code)
-                if edit is not None:
-                    placed = program.edits([edit])
-                    value = placed[0] if placed else None
-            self._suppress = value
-        return self._suppress
-
-    @suppress.setter
-    def suppress(self, value: tuple[str, Edit] | None) -> None:
-        self._suppress = value
+        if self.where is None:
+            return None
+        comments, program, line = self.where
+        edit = comments.suppression(line, self.finding.code)
+        if edit is None:
+            return None
+        placed = program.edits([edit])
+        return placed[0] if placed else None
 
 
 @dataclass
