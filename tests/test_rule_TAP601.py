@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from expectations import expected, found
-from tapecheck.lint import lint_paths
+from expectations import expected, findings_of, found
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "distribute"
 BAD = sorted((ROOT / "bad").glob("*.py"))
@@ -43,16 +42,13 @@ def test_fixtures_come_in_twins():
 
 @pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
 def test_bad_fixture_gives_exactly_its_annotated_findings(path):
-    report = lint_paths([str(path)], jobs=1)
-    assert report.errors == []
     expectations = expected(path.read_text(encoding="utf-8"))
-    assert expectations and found(report.findings) == expectations
+    assert expectations and found(findings_of(path)) == expectations
 
 
 @pytest.mark.parametrize("path", GOOD, ids=lambda p: p.name)
 def test_good_fixture_is_clean(path):
-    report = lint_paths([str(path)], jobs=1)
-    assert report.errors == [] and report.findings == []
+    assert findings_of(path) == []
 
 
 @functools.lru_cache(maxsize=None)

@@ -495,12 +495,9 @@ def _activates(model, call) -> bool:
     """Whether the trainer `call` makes or runs is code of the project that calls a softmax or a
     sigmoid somewhere (it may hand the loss probabilities, not the model's outputs)."""
     target = model.binding(call.func.text, call.site) if call.func.text else None
-    if isinstance(target, Klass):
-        owner, block = target.model, target.block
-    elif isinstance(target, Function):
-        owner, block = target.model, target.block
-    else:
+    if not isinstance(target, (Klass, Function)):
         return False
+    owner, block = target.model, target.block
     return any(block.id in owner.facts.chain(c.site.block) and (_activation(owner, c) or (None, False))[1]
                for c in owner.facts.calls)
 

@@ -794,7 +794,7 @@ def _optimizer_list(model, facts, container: str, site) -> bool:
     klass = model.self_class(head, site)
     if attribute != "optimizer" or klass is None:
         return False
-    return any(_compiles_optimizer_list(model, facts, call) and fn.owner is klass
+    return any(_compiles_optimizer_list(model, facts, call)
                for fn in model.methods(klass) for call in model.calls_in_scope(fn.block.id))
 
 
@@ -820,8 +820,7 @@ def _item_lr_attributes(facts, model):
 
 def _lr_attributes(facts, model, optimizers):
     """`opt.lr` read (AttributeError) or assigned (a new attribute: the rate does not change)."""
-    if facts.item_attributes:
-        yield from _item_lr_attributes(facts, model)
+    yield from _item_lr_attributes(facts, model)
     read_lines = set()
     for use in facts.uses:
         parts = use.name.split(".")

@@ -91,8 +91,6 @@ SUMMARY = "an optimizer, metric, `tf.Variable` or stateful Keras layer is create
 PROBE = True
 
 
-
-
 def screen(source: bytes) -> bool:
     """What the check reads: a tape or an `apply_gradients` (a training step or loop), a loss given
     to `compile` (Keras records it on its own tape), a layer's `call` (a variable or a layer it

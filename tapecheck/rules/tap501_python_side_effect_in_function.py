@@ -84,7 +84,6 @@ SUMMARY = "inside `@tf.function`: `.numpy()`, `float(t)`, `print(t)` or Python r
 PROBE = False  # no runtime twin in tapecheck.probe yet
 
 
-
 def screen(source: bytes) -> bool:
     """`tf.function` through any spelling the facts resolve (`names_tf_function`: `tf.function`,
     `tensorflow.compat.v2.function`, an alias `import tensorflow as tf2`, `from tensorflow import

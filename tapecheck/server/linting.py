@@ -302,8 +302,8 @@ def _take_trees(key: str, size: int) -> dict | None:
 
 
 def _give_back_trees(key: str, trees: dict | None) -> None:
-    if trees is None:
-        return
+    if not trees:
+        return  # nothing kept (too large, not cut into runs): it would only take another buffer's place
     with _trees_lock:
         _trees.pop(key, None)
         _trees[key] = trees
