@@ -152,7 +152,7 @@ def main(argv=None) -> int:
             # positions of the runs an edit changed (the others are taken from the last lint's)
             small = parts.split(text, ast.parse(text), engine_source.REUSED_PART_CHARS)
             small_edited = parts.split(edited_text, ast.parse(edited_text), engine_source.REUSED_PART_CHARS)
-            trees: dict = {}
+            trees = parts.Runs()
             list(parts.parse_each(text, small, trees))
             timed(f"edit: parse the changed runs (of {len(small_edited)})",
                   lambda: list(parts.parse_each(edited_text, small_edited, trees)))

@@ -193,11 +193,11 @@ def test_parsed_runs_reused_across_edits_give_the_facts_of_a_fresh_lint(monkeypa
     monkeypatch.setattr(lint_source_module, "REUSED_PART_CHARS", 300)
     fixture = (ROOT / "fixtures" / "bad").glob("*.py")
     text = "\n".join(path.read_text() for path in sorted(fixture)[:40] if "\r" not in path.read_text())
-    trees: dict = {}
+    trees = parts.Runs()
     reused = parsed = compared = 0
     for step, edited in enumerate(_edits(text, 24, seed=25)):
         source = edited.encode()
-        before = {id(value[0]) for value in trees.values()}
+        before = {id(value[0]) for value in trees.trees.values()}
         try:
             kept = lint_source_module.facts_of(source, "buffer.py", None, trees)
         except LintError:
@@ -208,7 +208,9 @@ def test_parsed_runs_reused_across_edits_give_the_facts_of_a_fresh_lint(monkeypa
         assert kept == fresh
         if step % 4 == 0:
             assert lint_python(source, "buffer.py", trees=trees) == lint_python(source, "buffer.py")
-        now = {id(value[0]) for value in trees.values()}
+        now = {id(value[0]) for value in trees.trees.values()}
+        if trees.text is not None:  # the runs it keeps are this lint's, in order, placed in the file
+            assert extract(trees.parts(), "buffer.py") == fresh
         reused += len(now & before)
         parsed += len(now - before)
         compared += 1
@@ -254,11 +256,11 @@ def test_the_server_keeps_a_buffers_runs_and_lints_an_edit_as_a_fresh_lint(monke
         break
     texts = [text, text.replace("\n\n", "\n\n# edited\n", 3), multiline, multiline.replace("\n\n", "\n\n\n", 5)]
     for version, body in enumerate(texts, 1):
-        held = list(linting._trees.get(uri, {}).values())  # the runs of the last lint (of the text before)
+        held = list(linting._trees[uri].trees.values()) if uri in linting._trees else []  # the last lint's runs
         kept = lint(version, body)
         assert linting._trees.get(uri), "the runs are kept between lints"
         if version > 1:  # and reused: an edit leaves most runs as they were
-            assert any(run is old for run in linting._trees[uri].values() for old in held), "no run was reused"
+            assert any(run is old for run in linting._trees[uri].trees.values() for old in held), "no run was reused"
         linting.forget(uri)
         fresh = lint(version, body)
         assert seen(kept) == seen(fresh) and kept.located

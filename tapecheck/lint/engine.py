@@ -82,12 +82,12 @@ def lint_notebook(data: bytes | str, path: str, rules) -> list[Finding]:
 
 def lint_python(
     source: bytes | str, path: str = "<stdin>", rules: Sequence[Rule] = RULES, *, screen: bool = True,
-    trees: dict | None = None,
+    trees=None,
 ) -> list[Finding]:
     """Findings for Python source, sorted by position. Raises LintError on bad input.
 
     `screen=False` parses even a file no rule's screen admits (tests prove the screen exact).
-    `trees`: the language server's parsed runs of the buffer's last version (`facts_of`)."""
+    `trees`: the language server's parsed runs of the buffer's last version (`parts.Runs`)."""
     if isinstance(source, str):
         source = source.encode("utf-8", "surrogatepass")  # lone surrogates: "not valid utf-8", not a crash
     if screen and not may_fire(source, rules):
@@ -102,7 +102,7 @@ def _codes(rules: tuple[Rule, ...]) -> tuple[frozenset, frozenset]:
     return frozenset(rule.code for rule in rules), frozenset(rule.code for rule in rules if rule.fixable)
 
 
-def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule], trees: dict | None = None) -> list[Finding]:
+def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule], trees=None) -> list[Finding]:
     selected, fixable = _codes(tuple(rules))
     kept: list | None = [] if fixable else None  # the tree and its positions, for the fixers
     facts = facts_of(source, path, kept, trees)

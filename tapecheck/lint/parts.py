@@ -104,27 +104,53 @@ def split(text: str, tree, limit: int | None = None) -> list[Span] | None:
     return spans
 
 
-def parse_each(text: str, spans: list[Span], trees: dict | None = None) -> Iterator[Part]:
+class Runs:
+    """One editor buffer's parsed runs, kept by the language server from one lint of it to the next
+    (`parse_each(runs=)`): a run whose text is unchanged is not parsed again.
+
+    A tree and its positions are functions of the run's text alone (where the run sits in the file
+    is the walker's `lines_before`), and the walk only reads them, so a reused run gives the facts a
+    fresh parse gives (tests/test_parts.py)."""
+
+    __slots__ = ("trees", "text", "spans")
+
+    def __init__(self) -> None:
+        self.trees: dict[str, tuple] = {}  # a run's text (the class header it repeats included) -> (module, positions)
+        self.text: str | None = None  # the decoded text the last lint cut into `spans` (None: no lint kept)
+        self.spans: list[Span] = []  # the last lint's runs, in file order
+
+    def __len__(self) -> int:
+        return len(self.trees)
+
+    def clear(self) -> None:
+        self.trees.clear()
+        self.text, self.spans = None, []
+
+    def parts(self) -> Iterator[Part]:
+        """The last lint's runs, in file order, with their positions."""
+        for span in self.spans:
+            module, positions = self.trees[span.header + self.text[span.start:span.end]]
+            yield Part(span.lines_before, module, bool(span.header), positions)
+
+
+def parse_each(text: str, spans: list[Span], runs: Runs | None = None) -> Iterator[Part]:
     """The runs' trees, one at a time.
 
-    `trees` (the language server's, for one buffer): the trees and positions of the runs
-    of the last lint, by their text (the class header they repeat included), taken from
-    there instead of parsed when a run's text is unchanged; on return it holds this
-    lint's runs only. A tree and its positions are functions of the run's text alone
-    (where the run sits in the file is the walker's `lines_before`), and the walk only
-    reads them, so a reused run gives the facts a fresh parse gives (tests/test_parts.py)."""
+    `runs` (the language server's, for one buffer): the runs of its last lint; those whose text
+    is unchanged are taken from there instead of parsed. On return it holds this lint's runs
+    only; a failure leaves it empty (the next lint parses afresh)."""
     import libcst as cst
 
     from tapecheck.lint.fastcst import Positions, parse_module
 
-    previous = dict(trees) if trees is not None else None
-    if trees is not None:
-        trees.clear()  # a failure below leaves it empty: the next lint parses afresh
+    previous = dict(runs.trees) if runs is not None else None
+    if runs is not None:
+        runs.clear()
     for span in spans:
         key = span.header + text[span.start:span.end]
         reused = previous.get(key) if previous is not None else None
         if reused is not None:
-            trees[key] = reused
+            runs.trees[key] = reused
             yield Part(span.lines_before, reused[0], bool(span.header), reused[1])
             continue
         try:
@@ -133,10 +159,12 @@ def parse_each(text: str, spans: list[Span], trees: dict | None = None) -> Itera
             raise Unparsable from None
         if span.header and not (module.body and isinstance(module.body[0], cst.ClassDef)):
             raise Unparsable
-        if trees is not None:
+        if runs is not None:
             positions = Positions(module)
-            trees[key] = (module, positions)
+            runs.trees[key] = (module, positions)
             yield Part(span.lines_before, module, bool(span.header), positions)
             continue
         yield Part(span.lines_before, module, bool(span.header))
         del module  # not alive while the next one is parsed
+    if runs is not None:
+        runs.text, runs.spans = text, list(spans)

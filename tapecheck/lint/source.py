@@ -195,12 +195,12 @@ def no_cyclic_collection():
 REUSED_PART_CHARS = 2 * 1024  # the runs of a buffer whose trees are kept (`trees`): an edit re-parses one
 
 
-def facts_of(source: bytes, path: str, keep: list | None = None, trees: dict | None = None):
+def facts_of(source: bytes, path: str, keep: list | None = None, trees=None):
     """The facts of one file's source (`FileFacts`): checked, parsed (in parts when large), walked
     once. Raises LintError on bad input. `keep`: a list that gets `(module, positions)` appended
     when the file was parsed whole (the fixers reuse the tree instead of parsing it again).
-    `trees`: the language server's store of one buffer's runs (`parts.parse_each`): the file is
-    cut into smaller runs, and the runs whose text the last lint saw are not parsed again."""
+    `trees`: the language server's store of one buffer's runs (`parts.Runs`): the file is cut into
+    smaller runs, and the runs whose text the last lint saw are not parsed again."""
     # Imported only past the screen: a run on files no rule can fire on never loads libcst.
     from tapecheck.lint import parts
     from tapecheck.lint.extract import extract

@@ -286,11 +286,11 @@ def lint_snapshot(snapshot: Snapshot, settings) -> Result:
 # KEEP_TREES_BUFFERS of them (the most recently linted): at most ~150 MB in all.
 KEEP_TREES_CHARS = 512 * 1024
 KEEP_TREES_BUFFERS = 2
-_trees: dict[str, dict] = {}  # by the buffer's key, least recently linted first
+_trees: dict = {}  # `parts.Runs` by the buffer's key, least recently linted first
 _trees_lock = threading.Lock()
 
 
-def _take_trees(key: str, size: int) -> dict | None:
+def _take_trees(key: str, size: int):
     """`key`'s store of parsed runs, taken out of the shared ones while a lint uses it (empty when
     none; a lint of the same buffer on another thread meanwhile starts with none), or None when
     the buffer is too large to keep them. `_give_back_trees` puts it back."""
@@ -298,10 +298,14 @@ def _take_trees(key: str, size: int) -> dict | None:
         trees = _trees.pop(key, None)
     if size > KEEP_TREES_CHARS:
         return None
-    return trees if trees is not None else {}
+    if trees is None:
+        from tapecheck.lint.parts import Runs
+
+        trees = Runs()
+    return trees
 
 
-def _give_back_trees(key: str, trees: dict | None) -> None:
+def _give_back_trees(key: str, trees) -> None:
     if not trees:
         return  # nothing kept (too large, not cut into runs): it would only take another buffer's place
     with _trees_lock:
