@@ -219,6 +219,97 @@ def test_parsed_runs_reused_across_edits_give_the_facts_of_a_fresh_lint(monkeypa
 
 
 
+def _class_edits(text: str, count: int, seed: int):
+    """Edits where the cuts inside class bodies matter: members dedented or re-indented (often a
+    syntax error, sometimes a new top-level function), a class header edited, a comment put before
+    a run's first member, a line joined to the one before, a whole member indented differently
+    (a syntax error in the file, though the member alone parses). An edit that breaks the code stays for
+    one more edit, then is undone (the next text is again an edit of the last one that parsed)."""
+    import ast
+    import random
+
+    chance = random.Random(seed)
+    lines = text.split("\n")
+    good, broken = list(lines), False
+    for step in range(count):
+        if broken:
+            lines = list(good)
+        kind = step % 8
+        members = [i for i, line in enumerate(lines) if line.startswith("    def ")]
+        i = chance.choice(members) if members else chance.randrange(len(lines))
+        if kind == 0:
+            lines[i] = lines[i][4:]  # `def` at column 0: the class ends above it
+        elif kind == 1:
+            lines[i] = "\t" + lines[i].lstrip(" ")  # a tab where the class uses spaces
+        elif kind == 2:
+            heads = [k for k, line in enumerate(lines) if line.startswith("class ")]
+            k = chance.choice(heads)
+            lines[k] = lines[k].replace("(", "(Base, ", 1) if "(" in lines[k] else lines[k].replace(":", "(Base):", 1)
+        elif kind == 3:
+            lines.insert(i, chance.choice(["    # before a member", "", "# at column 0"]))
+        elif kind == 4:
+            lines[i] = "    " + lines[i].lstrip(" \t")  # mended back to the class's indentation
+        elif kind == 5 and i + 1 < len(lines):
+            lines[i] = lines[i] + " " + lines.pop(i + 1).strip()  # two lines joined
+        elif kind == 7:  # a whole member indented further (by 2 spaces, or with a tab), or less
+            i = chance.choice([k for k, line in enumerate(lines) if line[:4] == "    " and line[4:5].strip()])
+            end = next((k for k in range(i + 1, len(lines)) if not lines[k].startswith("     ")), len(lines))
+            shift = chance.choice(["  ", "\t", "-"])
+            lines[i:end] = [line[2:] if shift == "-" else shift + line for line in lines[i:end]]
+        else:
+            lines.insert(i, "    @staticmethod\n    def added(x):\n        return x")
+            lines = "\n".join(lines).split("\n")
+        yield kind, "\n".join(lines)
+        try:
+            ast.parse("\n".join(lines))
+            good, broken = list(lines), False
+        except SyntaxError:
+            broken = True
+
+
+def test_an_edit_is_checked_and_cut_again_only_where_it_changed(monkeypatch):
+    """After an edit the server checks and cuts only the runs the edit touched (`parts.respan`),
+    keeping the others; the runs after it move by the edit's lines. Over many edits of code with
+    large classes cut into several runs (members dedented, re-indented with tabs, headers changed,
+    syntax errors left in and mended later), every lint must give a fresh lint's facts, or the
+    same error, and most edits must have been cut incrementally. The store keeps the last text
+    that parsed through a syntax error."""
+    monkeypatch.setattr(lint_source_module, "REUSED_PART_CHARS", 100)  # a run per member
+    monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)
+    methods = "".join(
+        f"    def m{k}(self, x):\n        with tf.GradientTape() as tape:\n            y = self.w * x + {k}\n"
+        f"        return tape.gradient(y, self.w)\n\n" for k in range(40)
+    )
+    text = ('import tensorflow as tf\n\n\nclass Big(tf.keras.Model):\n    """Doc."""\n\n' + methods
+            + "\nclass Other:\n    z = 1\n\n" + methods + "\n" + TRICKY["decorated_class.py"])
+    runs = parts.Runs()
+    incremental = errors = compared = 0
+    for kind, edited in [(None, text), *_class_edits(text, 48, seed=7)]:
+        source = edited.encode()
+        held = runs.text
+        if held is not None:
+            spans = parts.respan(runs, edited, lint_source_module._run_tree, 100)
+            if spans is not None:
+                incremental += 1
+                assert spans[0].start == 0 and spans[-1].end == len(edited)
+                assert all(a.end == b.start for a, b in zip(spans, spans[1:]))
+            else:  # only an edit that does not parse is refused
+                with pytest.raises(SyntaxError):
+                    compile(edited, "buffer.py", "exec")
+        try:
+            kept = lint_source_module.facts_of(source, "buffer.py", None, runs)
+        except LintError as kept_error:
+            with pytest.raises(LintError) as fresh_error:
+                lint_source_module.facts_of(source, "buffer.py")
+            assert str(kept_error) == str(fresh_error.value)
+            assert runs.text == held, "a syntax error leaves the store as it was"
+            errors += 1
+            continue
+        assert kept == lint_source_module.facts_of(source, "buffer.py")
+        compared += 1
+    assert compared >= 20 and errors >= 15 and incremental >= 15, (compared, errors, incremental)
+
+
 def test_the_server_keeps_a_buffers_runs_and_lints_an_edit_as_a_fresh_lint(monkeypatch, tmp_path):
     """`lint_snapshot` (the server's lint thread) with the buffer's runs kept from its last lint:
     the same diagnostics as a lint with nothing kept, and the `# noqa` quick fix, placed only

@@ -137,20 +137,22 @@ def parse_each(text: str, spans: list[Span], runs: Runs | None = None) -> Iterat
     """The runs' trees, one at a time.
 
     `runs` (the language server's, for one buffer): the runs of its last lint; those whose text
-    is unchanged are taken from there instead of parsed. On return it holds this lint's runs
-    only; a failure leaves it empty (the next lint parses afresh)."""
+    is unchanged are taken from there instead of parsed. Once every run is parsed it holds this
+    lint's runs only; a run libcst refuses leaves it as it was (the last text that parsed), so a
+    syntax error while typing does not cost the next lint every run's parse."""
     import libcst as cst
 
     from tapecheck.lint.fastcst import Positions, parse_module
 
-    previous = dict(runs.trees) if runs is not None else None
-    if runs is not None:
-        runs.clear()
+    previous = runs.trees if runs is not None else None
+    kept: dict[str, tuple] = {}
     for span in spans:
         key = span.header + text[span.start:span.end]
         reused = previous.get(key) if previous is not None else None
+        if reused is None:
+            reused = kept.get(key) if runs is not None else None  # the same text twice in the file
         if reused is not None:
-            runs.trees[key] = reused
+            kept[key] = reused
             yield Part(span.lines_before, reused[0], bool(span.header), reused[1])
             continue
         try:
@@ -161,10 +163,131 @@ def parse_each(text: str, spans: list[Span], runs: Runs | None = None) -> Iterat
             raise Unparsable
         if runs is not None:
             positions = Positions(module)
-            runs.trees[key] = (module, positions)
+            kept[key] = (module, positions)
             yield Part(span.lines_before, module, bool(span.header), positions)
             continue
         yield Part(span.lines_before, module, bool(span.header))
         del module  # not alive while the next one is parsed
     if runs is not None:
-        runs.text, runs.spans = text, list(spans)
+        runs.trees, runs.text, runs.spans = kept, text, list(spans)
+
+
+def respan(runs: Runs, text: str, check, limit: int) -> list[Span] | None:
+    """The runs of `text`, an edit of the text `runs` was last cut from, found without parsing
+    all of it: the runs before and after the edited region are kept (those after move by the
+    edit's length and lines), the region's runs are checked and cut again. None when that cannot
+    be done safely: the caller then checks and cuts the whole file (`split`).
+
+    `limit`: the size of the runs the region is cut into (`split`). `check(run_text)`: Python's `ast` of a run's text, None when it is not valid Python alone or is
+    nested too deeply (the whole file's check then says why). The facts of a file do not depend on
+    where it is cut (tests/test_parts.py), only on each run being whole statements placed at the
+    right line; the runs kept parsed and were placed when their text was last cut, so what must
+    hold is that the edited region is whole statements that join its neighbours as before:
+    - at its start, a run that went on with a class (`header`) still goes on with it: its first
+      statement is indented exactly as the run's was (the class body's indentation);
+    - at its end, when the run after it goes on with a class, the region still ends inside a
+      class (its last statement), whose body is indented as that run's first line is.
+    Which class that is, and what its header says, does not matter: a run that goes on with a
+    class walks only the body of the header it repeats, into the last class block of the file
+    (`extract.FactsBuilder.walk_parts`), and its `lines_before` counts that header's lines. A
+    region that ends before a run starting at column 0 needs nothing more: a statement at
+    column 0 ends whatever was open."""
+    old, spans = runs.text, runs.spans
+    if old is None or not spans or "\r" in text:
+        return None
+    if old == text:
+        return list(spans)
+    prefix = _common_prefix(old, text)
+    suffix = _common_suffix(old, text, min(len(old), len(text)) - prefix)
+    changed_end = len(old) - suffix  # the edited region of the old text is [prefix, changed_end)
+    first = next((k for k, span in enumerate(spans) if span.end > prefix), len(spans) - 1)
+    last = max(first, max((k for k, span in enumerate(spans) if span.start < changed_end), default=first))
+    grown = len(text) - len(old)
+    start, end = spans[first].start, spans[last].end + grown
+    header = spans[first].header
+    region = header + text[start:end]
+    if not text[start:end].strip():
+        return None
+    tree = check(region)
+    if tree is None or not tree.body:
+        return None
+    lines = _Lines(region)
+    if header:
+        klass = tree.body[0]
+        if type(klass).__name__ != "ClassDef" or not klass.body:
+            return None
+        member = _first_line(klass.body[0])
+        if member <= header.count("\n") or lines.indent(member) != _indent(old, spans[first].start):
+            return None
+    if last + 1 < len(spans) and spans[last + 1].header:
+        klass = tree.body[-1]
+        if type(klass).__name__ != "ClassDef" or not klass.body:
+            return None
+        member = _first_line(klass.body[0])
+        if member == klass.lineno or lines.indent(member) != _indent(old, spans[last + 1].start):
+            return None
+    cut = split(region, tree, limit)
+    base = spans[first].lines_before
+    if cut is None:
+        middle = [Span(base, start, end, header)]
+    else:
+        shift = start - len(header)
+        middle = [Span(base, start, cut[0].end + shift, header)]
+        middle += [Span(base + span.lines_before, span.start + shift, span.end + shift, span.header) for span in cut[1:]]
+    moved = text.count("\n", start, end) - old.count("\n", start, spans[last].end)
+    after = [Span(span.lines_before + moved, span.start + grown, span.end + grown, span.header) for span in spans[last + 1:]]
+    return spans[:first] + middle + after
+
+
+def _first_line(statement) -> int:
+    decorators = getattr(statement, "decorator_list", None)
+    return decorators[0].lineno if decorators else statement.lineno
+
+
+def _indent(text: str, offset: int) -> str:
+    """The spaces and tabs that start the line at `offset`."""
+    end = offset
+    while end < len(text) and text[end] in " \t":
+        end += 1
+    return text[offset:end]
+
+
+class _Lines:
+    """Line starts of a text, for `respan`'s checks."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.starts = [0]
+        self.starts.extend(m.end() for m in re.finditer("\n", text))
+
+    def indent(self, line: int) -> str:
+        return _indent(self.text, self.starts[line - 1])
+
+    def between(self, first: int, last: int) -> str:
+        """The text of lines first..last-1 (what `split` repeats as a class header)."""
+        return self.text[self.starts[first - 1]:self.starts[last - 1]]
+
+
+_CHUNK = 4096
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many characters `a` and `b` start with alike (compared a chunk at a time, in C)."""
+    n = min(len(a), len(b))
+    at = 0
+    while at < n and a[at:at + _CHUNK] == b[at:at + _CHUNK]:
+        at += _CHUNK
+    at = min(at, n)
+    while at < n and a[at] == b[at]:
+        at += 1
+    return at
+
+
+def _common_suffix(a: str, b: str, most: int) -> int:
+    """How many characters `a` and `b` end with alike, at most `most`."""
+    la, lb, at = len(a), len(b), 0
+    while at + _CHUNK <= most and a[la - at - _CHUNK:la - at] == b[lb - at - _CHUNK:lb - at]:
+        at += _CHUNK
+    while at < most and a[la - at - 1] == b[lb - at - 1]:
+        at += 1
+    return at

@@ -44,12 +44,16 @@ def _check_encoding(source: bytes) -> str:
         ) from None
 
 
-def _checked(source: bytes) -> tuple[str, object]:
-    """The checks before libcst may see a file: its decoded text and, when Python's parser ran, its `ast` tree."""
+def _decoded(source: bytes) -> str:
+    """The file's text; LintError for a binary file or one that does not decode."""
     if b"\0" in source:
         raise LintError("binary file (contains NUL bytes), not Python source")
-    text = _check_encoding(source)
-    return text, _check_nesting(source)
+    return _check_encoding(source)
+
+
+def _checked(source: bytes) -> tuple[str, object]:
+    """The checks before libcst may see a file: its decoded text and, when Python's parser ran, its `ast` tree."""
+    return _decoded(source), _check_nesting(source)
 
 
 def parse(source: bytes):
@@ -135,7 +139,15 @@ def _check_nesting(source: bytes):
     except ValueError:
         return None
     # Python also ends lines at a lone CR: then ast's line numbers do not count the lines split on \\n.
-    bounded = b"\r" not in source
+    _check_depth(tree, tokens_before, b"\r" not in source)
+    return tree
+
+
+def _check_depth(tree, tokens_before: list[int], bounded: bool) -> None:
+    """LintError when a node of `tree` lies more than MAX_NESTING levels deep (walking only the
+    subtrees whose lines hold enough nesting tokens to get there, when `bounded`)."""
+    import ast
+
     stack = [(tree, 0)]
     while stack:
         node, level = stack.pop()
@@ -150,6 +162,22 @@ def _check_nesting(source: bytes):
             if level + LEVELS_PER_TOKEN * tokens + STATEMENT_LEVELS <= MAX_NESTING:
                 continue
         stack.extend((child, level + 1) for child in ast.iter_child_nodes(node))
+
+
+def _run_tree(text: str):
+    """Python's `ast` of one run of a file (`parts.respan`), checked as `_check_nesting` checks a
+    file; None when it is not valid Python alone, or is nested too deeply (the whole file's check
+    then says why)."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
+        _check_depth(tree, list(accumulate(nesting_tokens_per_line(text.encode("utf-8", "surrogatepass")), initial=0)), True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, LintError):
+        return None
     return tree
 
 
@@ -200,11 +228,23 @@ def facts_of(source: bytes, path: str, keep: list | None = None, trees=None):
     once. Raises LintError on bad input. `keep`: a list that gets `(module, positions)` appended
     when the file was parsed whole (the fixers reuse the tree instead of parsing it again).
     `trees`: the language server's store of one buffer's runs (`parts.Runs`): the file is cut into
-    smaller runs, and the runs whose text the last lint saw are not parsed again."""
+    smaller runs, and the runs whose text the last lint saw are not parsed again; when the store
+    holds the last text that parsed, only the runs an edit touched are checked and cut again
+    (`parts.respan`), else the whole file is. The store keeps the last text that parsed through a
+    syntax error, so the lint after it is again an edit of that text."""
     # Imported only past the screen: a run on files no rule can fire on never loads libcst.
     from tapecheck.lint import parts
     from tapecheck.lint.extract import extract
 
+    if trees is not None and trees.text is not None:
+        # an edit of the buffer the server last linted: only the edited runs are checked and cut
+        text = _decoded(source)
+        spans = parts.respan(trees, text, _run_tree, REUSED_PART_CHARS)
+        if spans is not None:
+            try:
+                return _walk(lambda: extract(parts.parse_each(text, spans, trees), path))
+            except parts.Unparsable:
+                pass  # an edited run libcst refuses alone: the whole file decides
     text, tree = _checked(source)
     # a large file: in parts, to bound memory (or, with `trees`, to re-parse only what changed)
     spans = parts.split(text, tree) if trees is None else parts.split(text, tree, REUSED_PART_CHARS)
@@ -214,8 +254,6 @@ def facts_of(source: bytes, path: str, keep: list | None = None, trees=None):
             return _walk(lambda: extract(parts.parse_each(text, spans, trees), path))
         except parts.Unparsable:
             pass  # a cut libcst does not accept alone: the whole file decides
-    if trees is not None:
-        trees.clear()
     module = _libcst_parse(source)
     return _walk(lambda: extract(module, path, keep))
 
