@@ -88,8 +88,12 @@ def main(argv=None) -> int:
     from tapecheck.server import linting
     from tapecheck.server.linting import Cell, Snapshot, _Comments, lint_snapshot
 
-    text = client.truncate_to_statements(client.training_file(args.lines + 60), args.lines)
-    text = text.replace(".reset_states()", ".reset_state()")  # the buffer of lsp_latency.py
+    raw = client.truncate_to_statements(client.training_file(args.lines + 60), args.lines)
+    text = raw.replace(".reset_states()", ".reset_state()")  # the buffer of lsp_latency.py
+    # with a fixable finding: the first block's `reset_states()` left in (TAP302, a safe fix), or all
+    at = raw.index(".reset_states()") + len(".reset_states()")
+    fixable_texts = {"one fixable": raw[:at] + raw[at:].replace(".reset_states()", ".reset_state()"),
+                     f"{raw.count('.reset_states()')} fixable": raw}
     source = text.encode("utf-8")
     folder = tempfile.mkdtemp()
     (Path(folder) / "models.py").write_text(client.MODELS)
@@ -103,6 +107,14 @@ def main(argv=None) -> int:
     at = text.index("# TAP101")
     edited_text = text[:at] + "# xTAP101" + text[at + len("# TAP101"):]
     edited = Snapshot(snapshot.key, path, 2, (Cell(snapshot.key, edited_text),))
+    fixable_snapshots = {}
+    for name, body in fixable_texts.items():
+        key = Path(folder, name.replace(" ", "_") + ".py").as_uri()
+        fixable_snapshots[name] = (
+            Snapshot(key, path, 1, (Cell(key, body),)),
+            Snapshot(key, path, 2, (Cell(key, body.replace("# TAP101", "# xTAP101", 1)),)),
+        )
+        assert any(d.code == "TAP302" and d.fix for d in lint_snapshot(fixable_snapshots[name][0], settings).located)
 
     best: dict[str, float] = {}
 
@@ -161,6 +173,9 @@ def main(argv=None) -> int:
             timed("total lint_snapshot (no runs kept)", lambda: lint_snapshot(snapshot, settings))
             timed("total lint_snapshot after an edit", lambda: lint_snapshot(edited, settings))
             timed("total lint_snapshot after an edit", lambda: lint_snapshot(snapshot, settings))
+            for name, (base, changed) in fixable_snapshots.items():  # the same edit, fixes worked out
+                timed(f"after an edit, {name} (TAP302)", lambda: lint_snapshot(changed, settings))
+                timed(f"after an edit, {name} (TAP302)", lambda: lint_snapshot(base, settings))
             # the server's work after the engine: lint_snapshot with the engine's findings handed over
             raw = engine.lint_python(source, path, rules)
             real = engine.lint_python
