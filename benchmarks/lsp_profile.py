@@ -114,7 +114,7 @@ def main(argv=None) -> int:
             Snapshot(key, path, 1, (Cell(key, body),)),
             Snapshot(key, path, 2, (Cell(key, body.replace("# TAP101", "# xTAP101", 1)),)),
         )
-        assert any(d.code == "TAP302" and d.fix for d in lint_snapshot(fixable_snapshots[name][0], settings).located)
+        assert any(d.finding.code == "TAP302" and d.fix for d in lint_snapshot(fixable_snapshots[name][0], settings).located)
 
     best: dict[str, float] = {}
 
