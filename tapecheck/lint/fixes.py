@@ -259,6 +259,7 @@ class _RunsTree(_Tree):
         self._starts_of: dict[int, dict] = {}  # run index -> its indexed nodes by start, in the run's lines
         self._units_of: dict[int, tuple] = {}  # run index -> `_units`
         self._walked: set = set()  # the nodes indexed (a class's chain is not, until it is walked)
+        self._chains_of: dict[int, dict] = {}  # run index -> the chains' nodes by start (and "seen")
         self._cut: set = set()  # nodes of a class that goes on in the next run, and its block: they end early
 
     def _header_lines(self, index: int) -> int:
@@ -318,14 +319,40 @@ class _RunsTree(_Tree):
         cst, positions = self.cst, self._positions[index]
         # a node starting where a statement ends belongs to the next (never so, but cheap to allow)
         for statement, chain in statements[at:at + 2] if ends[at] == point else statements[at:at + 1]:
-            members = statement.body.body if isinstance(statement, cst.ClassDef) and isinstance(statement.body, cst.IndentedBlock) else ()
+            block = getattr(statement, "body", None)
+            members = block.body if isinstance(block, cst.IndentedBlock) and isinstance(statement, cst.BaseCompoundStatement) else ()
             member_ends = [positions[member].end for member in members]
             inside = bisect_left(member_ends, point)
-            if 0 < inside < len(members):  # past the class's header and first member, in a member
-                chain = (statement.body, statement, *chain)
+            # In a statement of its block: past the statement before it, or at or past the first's
+            # own start (its comment lines and decorators come before: the header may hold those).
+            if inside < len(members) and (inside or point >= positions[members[0]].start):
+                chain = (block, statement, *chain)
+                self._link(index, chain)
+                for member in members:  # a fixer may read a statement of the block (TAP301: the first)
+                    self._parents[member] = block
+                    self._run_of[member] = index
                 self._index_among(index, [(member, chain) for member in members], member_ends, point)
             else:
                 self._index(index, statement, chain)
+
+    def _link(self, index: int, chain: tuple) -> None:
+        """Parents up a chain (nodes of run `index`, each the parent of the one before, the last a
+        statement of the run's module or the module). Its nodes are not indexed by start; those of
+        the file are kept by start apart, for `nodes_at` to leave a question about one to the whole file."""
+        parents, run_of = self._parents, self._run_of
+        positions, header = self._positions[index], self._header[index]
+        aside = self._chains_of.setdefault(index, {})
+        seen = aside.setdefault("seen", set())
+        for below, above in zip(chain, chain[1:]):
+            parents[below] = above
+        for node in chain:
+            run_of[node] = index
+            if node in seen or node.__class__ is self.cst.Module:
+                continue
+            seen.add(node)
+            where = positions[node].start
+            if where.line > header:  # not the copied class header
+                aside.setdefault((where.line, where.column + 1), []).append(node)
 
     def _index(self, index: int, top, chain: tuple) -> None:
         """`_Tree._index` of `top`, a statement of run `index`, in the run's lines; `chain`: its
@@ -338,11 +365,9 @@ class _RunsTree(_Tree):
         positions = self._positions[index]
         parents, run_of = self._parents, self._run_of
         by_start = self._starts_of.setdefault(index, {})
-        below = top
-        for node in chain:
-            parents[below] = node
-            run_of[node] = index
-            below = node
+        if chain:
+            parents[top] = chain[0]
+            self._link(index, chain)
         pending = [(top, False)]
         while pending:
             node, done = pending.pop()
@@ -367,6 +392,8 @@ class _RunsTree(_Tree):
         index = self._run(line)
         line -= self._parts[index].lines_before
         self._index_at(index, line, col)
+        if any(isinstance(node, kind) for node in self._chains_of.get(index, {}).get((line, col), ())):
+            raise _Whole  # a class, function or compound statement around what was indexed, not indexed by start
         return [node for node in self._starts_of[index].get((line, col), ()) if isinstance(node, kind)]
 
     def _range(self, node):
