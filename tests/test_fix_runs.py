@@ -91,6 +91,9 @@ def test_fixes_on_kept_runs_are_the_whole_files_and_parse_nothing_again(cut, mon
         assert _fixes(again) == _fixes(whole), name
         if runs.spans:
             assert parses.texts == [], name
+            # the kept positions still answer from their own marks (an argument's range asked of
+            # them would have switched them to libcst's provider, kept with the runs)
+            assert all(part.positions._fallback is None for part in runs.parts()), name
             compared += 1
     assert compared >= (30 if cut == 1 else 15)
 

@@ -14,6 +14,7 @@ imports the engine.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import re
@@ -136,6 +137,7 @@ class _Tree:
             self.positions = Positions(self.module)
         else:  # the lint's own (module, positions, facts) of this text
             self.module, self.positions, facts = parsed
+        self._calls_at: dict | None = None  # `fact_call`'s table, made on first use
         self._parents: dict | None = None  # built on first use (`_index`): a fixer that gives up early never walks the tree
         self._starts: dict[tuple[int, int], list] | None = None
         if parsed is None:
@@ -199,7 +201,7 @@ class _Tree:
 
     def fact_call(self, finding: Finding):
         """The first call of the facts at the finding's place (calls by place: made once per file)."""
-        calls = self.__dict__.get("_calls_at")
+        calls = self._calls_at
         if calls is None:
             calls = self._calls_at = {}
             for call in self.facts.calls:
@@ -241,9 +243,8 @@ class _RunsTree(_Tree):
 
         self.cst = cst
         self.text = text
-        starts = _line_starts(text)
-        self.lines = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)]) if a < b]
         self.facts = facts
+        self._calls_at = None
         self._parts = list(parts)
         seen: dict[int, int] = {}
         for part in self._parts:
@@ -261,6 +262,15 @@ class _RunsTree(_Tree):
         self._walked: set = set()  # the nodes indexed (a class's chain is not, until it is walked)
         self._chains_of: dict[int, dict] = {}  # run index -> the chains' nodes by start (and "seen")
         self._cut: set = set()  # nodes of a class that goes on in the next run, and its block: they end early
+        self._libcst_ranges: dict[int, object] = {}  # run index -> `_provider`
+        from tapecheck.lint.fastcst import UNMARKED
+
+        self._unmarked = UNMARKED
+
+    @functools.cached_property
+    def lines(self) -> list[str]:  # the file's lines, as `_Tree`'s (asked by few fixers)
+        starts = _line_starts(self.text)
+        return [self.text[a:b] for a, b in zip(starts, starts[1:] + [len(self.text)]) if a < b]
 
     def _header_lines(self, index: int) -> int:
         """How many lines of run `index`'s tree are the copied class header it goes on with: its
@@ -325,7 +335,7 @@ class _RunsTree(_Tree):
             inside = bisect_left(member_ends, point)
             # In a statement of its block: past the statement before it, or at or past the first's
             # own start (its comment lines and decorators come before: the header may hold those).
-            if inside < len(members) and (inside or point >= positions[members[0]].start):
+            if statement not in self._walked and inside < len(members) and (inside or point >= positions[members[0]].start):
                 chain = (block, statement, *chain)
                 self._link(index, chain)
                 for member in members:  # a fixer may read a statement of the block (TAP301: the first)
@@ -400,10 +410,24 @@ class _RunsTree(_Tree):
         index = self._run_of.get(node)
         if index is None:
             raise _Whole  # not a node of an indexed run
-        where = self._positions[index][node]
+        if node.__class__ in self._unmarked:  # an argument, say: libcst's provider, not the store's positions
+            where = self._provider(index)[node]
+        else:
+            where = self._positions[index][node]
         if where.start.line <= self._header[index]:
             raise _Whole  # the copied class header
         return self._parts[index].lines_before, where
+
+    def _provider(self, index: int):
+        """libcst's ranges of run `index`'s nodes, for those `fastcst.Positions` has no marks for:
+        asked of the kept positions, they would switch to libcst's for good (and keep its ranges)."""
+        ranges = self._libcst_ranges.get(index)
+        if ranges is None:
+            from libcst.metadata import MetadataWrapper, PositionProvider
+
+            module = self._parts[index].module
+            ranges = self._libcst_ranges[index] = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return ranges
 
     def start(self, node) -> tuple[int, int]:
         before, where = self._range(node)
@@ -687,8 +711,8 @@ def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=N
                 if on_runs is None:
                     raise _Whole
                 fix = fixer(on_runs, finding)
-            except (_Whole, ValueError, KeyError, IndexError, AttributeError):
-                # what the runs cannot answer exactly (and any error there): the whole file's tree says
+            except Exception:  # noqa: BLE001 - what the runs cannot answer exactly (`_Whole`), or any
+                # error there: the whole file's tree says, as if the runs had never been asked
                 if tree is None:
                     try:
                         tree = _Tree(text, path, parsed, facts)
