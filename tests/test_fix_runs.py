@@ -233,3 +233,31 @@ def test_the_server_gives_the_fixes_of_a_fresh_lint_after_each_edit(monkeypatch,
         assert shown(kept) == shown(fresh)
         with_fixes += sum(1 for item in kept.located if item.fix)
     assert with_fixes >= 16
+
+
+def test_every_node_by_place_is_the_whole_files(cut):
+    """`nodes_at` of every kind at every place the whole file's tree indexes, asked in file order
+    of one runs tree (statements indexed one by one, classes and blocks above them linked as
+    chains, then walked when asked about) and of a fresh one per place: the whole file's nodes,
+    in its order, or a question left to the whole file (never a different answer)."""
+    import libcst as cst
+
+    asked = left = 0
+    for name, source in FIXABLE[::4]:
+        on_runs, whole, runs, _ = _trees(source, name)
+        if not runs.spans:
+            continue
+        text = fixes.SourceText.from_bytes(source).text
+        for (line, col), nodes in sorted(whole._by_start.items()):
+            for kind in {node.__class__ for node in nodes} - {cst.Module}:
+                expected = [whole.start(node) + whole.end(node) for node in whole.nodes_at(kind, line, col)]
+                for tree in (on_runs, fixes._RunsTree(text, runs.parts(), on_runs.facts)):
+                    try:
+                        got = tree.nodes_at(kind, line, col)
+                        answer = [tree.start(node) + tree.end(node) for node in got]
+                    except fixes._Whole:
+                        left += 1
+                        continue
+                    assert answer == expected, (name, kind, line, col)
+                    asked += 1
+    assert asked >= 2000 and left <= asked // 20, (asked, left)

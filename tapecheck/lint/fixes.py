@@ -351,8 +351,8 @@ class _RunsTree(_Tree):
         the file are kept by start apart, for `nodes_at` to leave a question about one to the whole file."""
         parents, run_of = self._parents, self._run_of
         positions, header = self._positions[index], self._header[index]
-        aside = self._chains_of.setdefault(index, {})
-        seen = aside.setdefault("seen", set())
+        aside = self._chains_of.setdefault(index, {"seen": set()})
+        seen = aside["seen"]
         for below, above in zip(chain, chain[1:]):
             parents[below] = above
         for node in chain:
@@ -375,6 +375,7 @@ class _RunsTree(_Tree):
         positions = self._positions[index]
         parents, run_of = self._parents, self._run_of
         by_start = self._starts_of.setdefault(index, {})
+        aside = self._chains_of.setdefault(index, {"seen": set()})
         if chain:
             parents[top] = chain[0]
             self._link(index, chain)
@@ -385,6 +386,8 @@ class _RunsTree(_Tree):
                 if node.__class__ not in UNMARKED:
                     where = positions.start(node)
                     by_start.setdefault((where.line, where.column + 1), []).append(node)
+                    if node in aside["seen"] and node in aside.get((where.line, where.column + 1), ()):
+                        aside[(where.line, where.column + 1)].remove(node)  # a chain's node, now indexed by start
                 continue
             walked.add(node)
             run_of[node] = index
