@@ -220,7 +220,7 @@ class _Whole(Exception):
 class _RunsTree(_Tree):
     """The fixers' view of a file the lint parsed in runs (the language server's kept
     `parts.Runs`): each node is a node of the run that holds it, placed in the file by the run's
-    `lines_before`, and only the runs a fixer looks at are indexed.
+    `lines_before`, and only the statements a fixer looks at are indexed (tests/test_fix_runs.py).
 
     A run is whole statements, so a statement's tree and its positions relative to its first
     line are those of the whole file's tree, and so is everything a fixer reads below it. What
@@ -232,8 +232,10 @@ class _RunsTree(_Tree):
     - the module, and a class cut over runs, are one suite in the file, several here (`member_of`);
     - runs with the same text share one tree (`parts.Runs` keys trees by text): where such a
       tree sits in the file is ambiguous.
-    Indexed are the statements the fixers look at (a class's member, in a run that goes on with
-    it), not whole runs, and never a module (no fixer asks for one by position).
+    Indexed is the innermost statement of a block that holds the place asked about (a method, a
+    statement in a loop); the classes, functions, compound statements and blocks above it are
+    linked to their parents but indexed by place only when asked about, and a module never is
+    (no fixer asks for one by place).
     """
 
     def __init__(self, text: str, parts, facts):
