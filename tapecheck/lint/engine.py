@@ -132,7 +132,8 @@ def _lint_parsed(source: bytes, path: str, rules: Sequence[Rule], trees=None) ->
         # The lint's own tree, positions and facts when the file was parsed whole: the same
         # tree, ranges and facts a second parse of the text would give (tests/test_fixes.py).
         parsed = (*kept[0], facts) if kept else None
-        found = attach_fixes(source, path, found, parsed, facts)
+        # Parsed in runs the server keeps (`trees`): the fixers look at those runs, not a new parse.
+        found = attach_fixes(source, path, found, parsed, facts, None if kept else trees)
         if facts.model is not None:  # a fixer asked the model again
             facts.model.close()
             facts.model = None

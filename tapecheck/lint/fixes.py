@@ -14,6 +14,7 @@ imports the engine.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import re
@@ -136,6 +137,7 @@ class _Tree:
             self.positions = Positions(self.module)
         else:  # the lint's own (module, positions, facts) of this text
             self.module, self.positions, facts = parsed
+        self._calls_at: dict | None = None  # `fact_call`'s table, made on first use
         self._parents: dict | None = None  # built on first use (`_index`): a fixer that gives up early never walks the tree
         self._starts: dict[tuple[int, int], list] | None = None
         if parsed is None:
@@ -198,7 +200,266 @@ class _Tree:
         return text[: len(text) - len(text.lstrip(" \t"))]
 
     def fact_call(self, finding: Finding):
-        return next((c for c in self.facts.calls if (c.site.line, c.site.col) == (finding.line, finding.col)), None)
+        """The first call of the facts at the finding's place (calls by place: made once per file)."""
+        calls = self._calls_at
+        if calls is None:
+            calls = self._calls_at = {}
+            for call in self.facts.calls:
+                calls.setdefault((call.site.line, call.site.col), call)
+        return calls.get((finding.line, finding.col))
+
+    def member_of(self, node, suite):
+        """`node` or its ancestor whose parent is `suite` (a block, or the module), or None."""
+        return next((n for n in (node, *self.ancestors(node)) if self.parents.get(n) is suite), None)
+
+
+class _Whole(Exception):
+    """A fixer working on kept runs met what only the whole file's tree answers exactly."""
+
+
+class _RunsTree(_Tree):
+    """The fixers' view of a file the lint parsed in runs (the language server's kept
+    `parts.Runs`): each node is a node of the run that holds it, placed in the file by the run's
+    `lines_before`, and only the statements a fixer looks at are indexed (tests/test_fix_runs.py).
+
+    A run is whole statements, so a statement's tree and its positions relative to its first
+    line are those of the whole file's tree, and so is everything a fixer reads below it. What
+    differs is above and across statements, and there it raises `_Whole` (the caller then asks
+    the whole file's tree) rather than answer differently:
+    - a run that goes on with a class starts with a copy of the class header (`class A(B):`, and
+      the copy's block): not the file's nodes; their positions are asked of no fixer;
+    - a class that goes on in the next run ends there in this run's tree, not in the file;
+    - the module, and a class cut over runs, are one suite in the file, several here (`member_of`);
+    - runs with the same text share one tree (`parts.Runs` keys trees by text): where such a
+      tree sits in the file is ambiguous.
+    Indexed is the innermost statement of a block that holds the place asked about (a method, a
+    statement in a loop); the classes, functions, compound statements and blocks above it are
+    linked to their parents but indexed by place only when asked about, and a module never is
+    (no fixer asks for one by place).
+    """
+
+    def __init__(self, text: str, parts, facts):
+        import libcst as cst
+
+        from tapecheck.lint.fastcst import Positions
+
+        self.cst = cst
+        self.text = text
+        self.facts = facts
+        self._calls_at = None
+        self._parts = list(parts)
+        seen: dict[int, int] = {}
+        for part in self._parts:
+            seen[id(part.module)] = seen.get(id(part.module), 0) + 1
+        self._shared = {key for key, count in seen.items() if count > 1}
+        self._positions = [part.positions if part.positions is not None else Positions(part.module) for part in self._parts]
+        # the lines of each run's tree that are a copied class header (0 for most runs), and the
+        # file line where each run's own text starts
+        self._header = [self._header_lines(index) for index in range(len(self._parts))]
+        self._firsts = [part.lines_before + header + 1 for part, header in zip(self._parts, self._header)]
+        self._parents: dict = {}
+        self._run_of: dict = {}  # node -> the index of its run, for the runs indexed
+        self._starts_of: dict[int, dict] = {}  # run index -> its indexed nodes by start, in the run's lines
+        self._units_of: dict[int, tuple] = {}  # run index -> `_units`
+        self._walked: set = set()  # the nodes indexed (a class's chain is not, until it is walked)
+        self._chains_of: dict[int, dict] = {}  # run index -> the chains' nodes by start (and "seen")
+        self._cut: set = set()  # nodes of a class that goes on in the next run, and its block: they end early
+        self._libcst_ranges: dict[int, object] = {}  # run index -> `_provider`
+        from tapecheck.lint.fastcst import UNMARKED
+
+        self._unmarked = UNMARKED
+
+    @functools.cached_property
+    def lines(self) -> list[str]:  # the file's lines, as `_Tree`'s (asked by few fixers)
+        starts = _line_starts(self.text)
+        return [self.text[a:b] for a, b in zip(starts, starts[1:] + [len(self.text)]) if a < b]
+
+    def _header_lines(self, index: int) -> int:
+        """How many lines of run `index`'s tree are the copied class header it goes on with: its
+        own text starts with its first statement (a member of the class, or its first decorator)."""
+        part = self._parts[index]
+        if not part.continues_class:
+            return 0
+        first = part.module.body[0].body.body[0]
+        positions = self._positions[index]
+        lines = [positions[first].start.line]
+        lines.extend(positions[decorator.decorator].start.line for decorator in getattr(first, "decorators", ()))
+        return min(lines) - 1
+
+    def _run(self, line: int) -> int:
+        """The index of the run whose own text holds file line `line`."""
+        from bisect import bisect_right
+
+        index = bisect_right(self._firsts, line) - 1
+        if index < 0 or id(self._parts[index].module) in self._shared:
+            raise _Whole
+        return index
+
+    def _units(self, index: int) -> tuple[list, list]:
+        """Run `index`'s statements as the file has them (a class that goes on: its members),
+        each with its parents up to the run's module, and where each ends (in the run's lines)."""
+        units = self._units_of.get(index)
+        if units is None:
+            part = self._parts[index]
+            module = part.module
+            statements = [(statement, (module,)) for statement in module.body]
+            if part.continues_class:
+                copy = module.body[0]
+                statements[:1] = [(member, (copy.body, copy, module)) for member in copy.body.body]
+            if index + 1 < len(self._parts) and self._parts[index + 1].continues_class:
+                self._cut.update((module.body[-1], module.body[-1].body))  # a class that goes on ends early here
+            positions = self._positions[index]
+            units = self._units_of[index] = (statements, [positions[statement].end for statement, _ in statements])
+        return units
+
+    def _index_at(self, index: int, line: int, col: int) -> None:
+        """Index the statement of run `index` that holds (run line, col): the member of a class
+        that holds it, the statement, or the whole run when none does."""
+        from tapecheck.lint.fastcst import Point
+
+        self._index_among(index, *self._units(index), Point(line, col - 1))
+
+    def _index_among(self, index: int, statements: list, ends: list, point) -> None:
+        """Index those of `statements` (with their chains and ends) that may hold `point`."""
+        from bisect import bisect_left
+
+        at = bisect_left(ends, point)  # the first statement that ends at or after it
+        if at == len(statements):  # past the last statement (its comments): all of them
+            for statement, chain in statements:
+                self._index(index, statement, chain)
+            return
+        cst, positions = self.cst, self._positions[index]
+        # a node starting where a statement ends belongs to the next (never so, but cheap to allow)
+        for statement, chain in statements[at:at + 2] if ends[at] == point else statements[at:at + 1]:
+            block = getattr(statement, "body", None)
+            members = block.body if isinstance(block, cst.IndentedBlock) and isinstance(statement, cst.BaseCompoundStatement) else ()
+            member_ends = [positions[member].end for member in members]
+            inside = bisect_left(member_ends, point)
+            # In a statement of its block: past the statement before it, or at or past the first's
+            # own start (its comment lines and decorators come before: the header may hold those).
+            if statement not in self._walked and inside < len(members) and (inside or point >= positions[members[0]].start):
+                chain = (block, statement, *chain)
+                self._link(index, chain)
+                for member in members:  # a fixer may read a statement of the block (TAP301: the first)
+                    self._parents[member] = block
+                    self._run_of[member] = index
+                self._index_among(index, [(member, chain) for member in members], member_ends, point)
+            else:
+                self._index(index, statement, chain)
+
+    def _link(self, index: int, chain: tuple) -> None:
+        """Parents up a chain (nodes of run `index`, each the parent of the one before, the last a
+        statement of the run's module or the module). Its nodes are not indexed by start; those of
+        the file are kept by start apart, for `nodes_at` to leave a question about one to the whole file."""
+        parents, run_of = self._parents, self._run_of
+        positions, header = self._positions[index], self._header[index]
+        aside = self._chains_of.setdefault(index, {"seen": set()})
+        seen = aside["seen"]
+        for below, above in zip(chain, chain[1:]):
+            parents[below] = above
+        for node in chain:
+            run_of[node] = index
+            if node in seen or node.__class__ is self.cst.Module:
+                continue
+            seen.add(node)
+            where = positions[node].start
+            if where.line > header:  # not the copied class header
+                aside.setdefault((where.line, where.column + 1), []).append(node)
+
+    def _index(self, index: int, top, chain: tuple) -> None:
+        """`_Tree._index` of `top`, a statement of run `index`, in the run's lines; `chain`: its
+        parents up to the run's module (not indexed by start: the module, a class around `top`)."""
+        walked = self._walked
+        if top in walked:
+            return
+        from tapecheck.lint.fastcst import UNMARKED
+
+        positions = self._positions[index]
+        parents, run_of = self._parents, self._run_of
+        by_start = self._starts_of.setdefault(index, {})
+        aside = self._chains_of.setdefault(index, {"seen": set()})
+        if chain:
+            parents[top] = chain[0]
+            self._link(index, chain)
+        pending = [(top, False)]
+        while pending:
+            node, done = pending.pop()
+            if done:
+                if node.__class__ not in UNMARKED:
+                    where = positions.start(node)
+                    by_start.setdefault((where.line, where.column + 1), []).append(node)
+                    if node in aside["seen"] and node in aside.get((where.line, where.column + 1), ()):
+                        aside[(where.line, where.column + 1)].remove(node)  # a chain's node, now indexed by start
+                continue
+            walked.add(node)
+            run_of[node] = index
+            pending.append((node, True))
+            children = _children(node)
+            for child in children:
+                parents[child] = node
+            pending.extend((child, False) for child in reversed(children) if child not in walked)  # a member indexed before
+
+    @property
+    def parents(self) -> dict:
+        return self._parents
+
+    def nodes_at(self, kind, line: int, col: int) -> list:
+        index = self._run(line)
+        line -= self._parts[index].lines_before
+        self._index_at(index, line, col)
+        if any(isinstance(node, kind) for node in self._chains_of.get(index, {}).get((line, col), ())):
+            raise _Whole  # a class, function or compound statement around what was indexed, not indexed by start
+        return [node for node in self._starts_of[index].get((line, col), ()) if isinstance(node, kind)]
+
+    def _range(self, node):
+        index = self._run_of.get(node)
+        if index is None:
+            raise _Whole  # not a node of an indexed run
+        if node.__class__ in self._unmarked:  # an argument, say: libcst's provider, not the store's positions
+            where = self._provider(index)[node]
+        else:
+            where = self._positions[index][node]
+        if where.start.line <= self._header[index]:
+            raise _Whole  # the copied class header
+        return self._parts[index].lines_before, where
+
+    def _provider(self, index: int):
+        """libcst's ranges of run `index`'s nodes, for those `fastcst.Positions` has no marks for:
+        asked of the kept positions, they would switch to libcst's for good (and keep its ranges)."""
+        ranges = self._libcst_ranges.get(index)
+        if ranges is None:
+            from libcst.metadata import MetadataWrapper, PositionProvider
+
+            module = self._parts[index].module
+            ranges = self._libcst_ranges[index] = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return ranges
+
+    def start(self, node) -> tuple[int, int]:
+        before, where = self._range(node)
+        return where.start.line + before, where.start.column + 1
+
+    def end(self, node) -> tuple[int, int]:
+        if node in self._cut:
+            raise _Whole
+        before, where = self._range(node)
+        return where.end.line + before, where.end.column + 1
+
+    def member_of(self, node, suite):
+        index, home = self._run_of.get(node), self._run_of.get(suite)
+        if index is None or home is None or index < home:
+            raise _Whole
+        if index == home:
+            return super().member_of(node, suite)
+        # a suite cut over runs: the file's module, or a top-level class that goes on
+        module, there = self._parts[home].module, self._parts[index]
+        if suite is module:
+            statement = super().member_of(node, there.module)
+            if there.continues_class and statement is there.module.body[0]:
+                raise _Whole  # the copied header of a class that began in an earlier run
+            return statement
+        if isinstance(module.body[-1], self.cst.ClassDef) and suite is module.body[-1].body and all(part.continues_class for part in self._parts[home + 1:index + 1]):
+            return super().member_of(node, there.module.body[0].body)  # the same class, going on
+        raise _Whole
 
 
 def _replace(tree: _Tree, node, text: str) -> Edit:
@@ -289,7 +550,7 @@ def _del_after_last_use(tree: _Tree, tape, maker_call) -> Edit | None:
     used = tree.nodes_at((cst.Name, cst.Attribute), last.site.line, last.site.col)
     if suite is None or not used:
         return None
-    statement = next((n for n in (used[0], *tree.ancestors(used[0])) if tree.parents.get(n) is suite), None)
+    statement = tree.member_of(used[0], suite)
     if statement is None:
         return None
     if isinstance(statement, cst.SimpleStatementLine) and any(
@@ -429,15 +690,21 @@ FIXERS: dict[str, Callable[[_Tree, Finding], Fix | None]] = {
 }
 
 
-def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=None, facts=None) -> list[Finding]:
+def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=None, facts=None, runs=None) -> list[Finding]:
     """The findings, each with its fix when one applies (notebooks: none). `parsed`: the lint's
     own `(module, positions, facts)` of `source`, parsed whole, to reuse instead of parsing again.
     `facts`: the lint's facts of a file it parsed in parts (`lint/parts.py`: the same facts as the
-    whole tree's), so that only the tree is parsed again, not walked."""
+    whole tree's), so that only the tree is parsed again, not walked. `runs`: with those facts,
+    the language server's `parts.Runs` as this lint of `source` left them (its runs, parsed and
+    positioned): the fixers look at the runs that hold the findings, and parse the whole file
+    only for a fix that needs more than a run can tell (`_RunsTree`): the same fixes either way."""
     if path.endswith(".ipynb") or not any(f.code in FIXERS for f in findings):
         return list(findings)
+    kept = list(runs.parts()) if runs is not None and facts is not None and parsed is None else []
     try:
-        tree = _Tree(SourceText.from_bytes(source).text, path, parsed, facts)
+        text = SourceText.from_bytes(source).text
+        on_runs = _RunsTree(text, kept, facts) if kept else None
+        tree = None if kept else _Tree(text, path, parsed, facts)
     except Exception:  # noqa: BLE001 - a fix is optional: a file we cannot re-read gets none
         return list(findings)
     out = []
@@ -446,13 +713,22 @@ def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=N
         fix = None
         if fixer is not None and finding.cell is None:
             try:
-                fix = fixer(tree, finding)
-            except (ValueError, KeyError, IndexError, AttributeError):
-                fix = None
+                if on_runs is None:
+                    raise _Whole
+                fix = fixer(on_runs, finding)
+            except Exception:  # noqa: BLE001 - what the runs cannot answer exactly (`_Whole`), or any
+                # error there: the whole file's tree says, as if the runs had never been asked
+                if tree is None:
+                    try:
+                        tree = _Tree(text, path, parsed, facts)
+                    except Exception:  # noqa: BLE001 - as above: the whole file's path gives no fixes at all
+                        return list(findings)
+                try:
+                    fix = fixer(tree, finding)
+                except (ValueError, KeyError, IndexError, AttributeError):
+                    fix = None
         out.append(dataclasses.replace(finding, fix=fix) if fix else finding)
     return out
-
-
 
 
 def atomic_write(path: str, data: bytes) -> None:
