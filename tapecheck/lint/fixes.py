@@ -700,9 +700,11 @@ def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=N
     only for a fix that needs more than a run can tell (`_RunsTree`): the same fixes either way."""
     if path.endswith(".ipynb") or not any(f.code in FIXERS for f in findings):
         return list(findings)
-    kept = list(runs.parts()) if runs is not None and facts is not None and parsed is None else []
     try:
         text = SourceText.from_bytes(source).text
+        # the runs of this text only: a store whose last lint that parsed was of another text
+        # (this one was parsed whole, e.g. after a cut libcst refused) has nothing to say here
+        kept = list(runs.parts()) if runs is not None and runs.text == text and facts is not None and parsed is None else []
         on_runs = _RunsTree(text, kept, facts) if kept else None
         tree = None if kept else _Tree(text, path, parsed, facts)
     except Exception:  # noqa: BLE001 - a fix is optional: a file we cannot re-read gets none
