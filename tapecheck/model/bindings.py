@@ -361,14 +361,14 @@ class Bindings:
         alias (`alias_of`). The cheap answer first: most heads are imports or bound nowhere."""
         head = dotted.partition(".")[0]
         if head == dotted or head in self.facts.imports or head not in self._alias_heads():
-            return self.facts.resolve(dotted)
+            return self.facts.resolved_name(dotted)  # `resolve`, remembered per name (the imports are all seen)
         return self.alias_of(dotted, site)
 
     def _alias_heads(self) -> set[str]:
         """Names some assignment binds to a name or an attribute (`K = tf.keras.backend`)."""
-        heads = self.memo.get("alias heads")
+        heads = self._alias_head_names
         if heads is None:
-            heads = self.memo["alias heads"] = {
+            heads = self._alias_head_names = {
                 a.target for a in self.facts.assigns
                 if a.kind == "assign" and a.value is not None and a.value.kind in ("name", "attribute")
             }
@@ -383,8 +383,8 @@ class Bindings:
         texts = {a.value.text for a in assigns
                  if a.kind == "assign" and a.value is not None and a.value.kind in ("name", "attribute")}
         if len(texts) != 1 or len(assigns) != sum(1 for a in assigns if a.kind == "assign"):
-            return self.facts.resolve(dotted)
-        return self.facts.resolve(texts.pop() + dot + rest)
+            return self.facts.resolved_name(dotted)
+        return self.facts.resolved_name(texts.pop() + dot + rest)
 
     def _enclosing(self, scope: int) -> int | None:
         """The scope whose names a function's body sees next (class bodies do not enclose methods)."""
@@ -400,10 +400,8 @@ class Bindings:
     def self_class(self, head: str, site: Site) -> Block | None:
         """The class whose instance `head` is at `site`: the class of the method holding `site`,
         when `head` is that method's `self`. None in a function, a staticmethod, or for another name."""
-        fn = self.functions.get(self.facts.scope_of(site))
-        if fn is not None and fn.bound and fn.self_name == head:
-            return fn.owner
-        return None
+        found = self._selves.get(self.facts.blocks[site.block].scope)
+        return found[1] if found is not None and found[0] == head else None
 
     def attribute_assigns(self, klass: Block, attribute: str) -> list:
         """Every `self.<attribute> = ...` in the methods of `klass` and its local bases, with the method."""

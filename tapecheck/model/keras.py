@@ -536,6 +536,12 @@ class KerasKinds:
         `self.loss_fn` set in `__init__`): (its `keras.losses` class, the constructor call's summary)
         for each binding it may hold at `site` (`value_assigns`). None when there is none, or one
         binding is not the construction of a `keras.losses` class."""
+        leaves = self._assigned_leaves
+        if leaves is None:
+            leaves = self._assigned_leaves = frozenset(
+                a.target.rpartition(".")[2] for a in self.facts.assigns if a.kind == "assign")
+        if name.rpartition(".")[2] not in leaves:
+            return None  # no plain assignment binds the name (nor `self.<it>`): every binding found would be of another kind
         assigns = self.value_assigns(name, site)
         if not assigns:
             return None

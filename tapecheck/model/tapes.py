@@ -34,6 +34,22 @@ class Tapes:
                     break
         return sorted(uses, key=lambda use: use.call.site.order)
 
+    def gradient_calls(self) -> list:
+        """`facts.gradient_calls()`: every `tape.gradient/jacobian/batch_jacobian(...)` whose tape is
+        known, with its tape; worked out once per file (each asking scans every call of the file)."""
+        found = self.memo.get("gradient calls")
+        if found is None:
+            found = self.memo["gradient calls"] = self.facts.gradient_calls()
+        return list(found)
+
+    def recording(self, site: Site) -> list:
+        """`facts.recording(site)`: the tapes recording at `site`, one answer per block, remembered
+        here without the facts' check that the walk is over (asked of every call of a file)."""
+        found = self._recording.get(site.block)
+        if found is None:
+            found = self._recording[site.block] = self.facts.recording(site)
+        return found
+
     def opens_tape(self, block_id: int) -> bool:
         """Whether a `with tf.GradientTape() as tape:` block sits in block `block_id` of this
         file, or in a function nested in it (a builder whose returned step trains a model)."""
