@@ -65,6 +65,8 @@ class Bindings:
             if isinstance(owner, ModuleRef):
                 return owner.model.module_binding(attribute, depth + 1)
             return None
+        if name not in self._bound_names:
+            return self._imported(name, depth)  # bound in no scope of the file: what the steps below would find
         scope = facts.scope_of(site)
         reaching = self.assigns_on_every_path(name, site)
         if reaching:
@@ -110,6 +112,8 @@ class Bindings:
     def assigns_reaching(self, name: str, site: Site) -> list:
         """The bindings of `name` that may hold at `site`: reaching ones in its scope, else every
         binding in the nearest enclosing scope that has one (a closure or a global is read later)."""
+        if name not in self._bound_names:
+            return []  # bound in no scope of the file
         facts = self.facts
         reaching = self.assigns_on_every_path(name, site)
         if reaching:
@@ -428,7 +432,7 @@ class Bindings:
             return []
         fn = found[0][1]
         facts = self.facts
-        if any(facts.loops_between(None, a.site) or a.site.in_comprehension for a, _ in found):
+        if any(self.loops_around(a.site) or a.site.in_comprehension for a, _ in found):
             return []
         last = max(a.site.order for a in self.assigns_in(fn.block.id))
         end = Site(fn.block.end_line + 1, 0, last + 1, fn.block.id)  # past every binding of the method
@@ -477,7 +481,7 @@ class Bindings:
         facts = self.facts
         return (assign.kind == "assign"
                 and sum(1 for a in self.assigns_named(assign.target) if a.kind != "param") == 1
-                and not facts.loops_between(None, assign.site)
+                and not self.loops_around(assign.site)
                 and not self.guarded(assign.site, facts.scope_of(assign.site)))
 
     def assigns_of(self, name: str, site: Site, bases: bool = True) -> list:

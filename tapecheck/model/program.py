@@ -69,16 +69,20 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         # across lints, which asks `load_module` each time (its stamp check sees a changed file)
         self._loaded: dict | None = None
         self._recording: dict[int, list] = {}  # block id -> the tapes recording there (`recording`)
+        self._loops_around: dict[int, list] = {}  # block id -> the loops holding it in its scope (`loops_around`)
         self.differences = frozenset(facts.differences)  # the order spans of the sums that subtract a term
         params: dict[int, list[str]] = {}
         scopes = [block.scope for block in facts.blocks]  # `facts.scope_of`, by block id
         by_scope, by_scope_name = self._assigns_by_scope, self._assigns_by_scope_name
+        bound = set()
         for assign in facts.assigns:
             scope = scopes[assign.site.block]
             by_scope.setdefault(scope, []).append(assign)
             by_scope_name.setdefault((scope, assign.target), []).append(assign)
+            bound.add(assign.target)
             if assign.kind == "param":
                 params.setdefault(assign.site.block, []).append(assign.target)
+        self._bound_names = frozenset(bound)  # every name some binding of the file binds, in any scope
         for block in facts.blocks:
             if block.kind not in ("function", "class"):
                 continue
@@ -98,6 +102,14 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         # method block id -> (its `self` name, its class), for `self_class`
         self._selves: dict[int, tuple[str, Block]] = {
             block_id: (fn.self_name, fn.owner) for block_id, fn in self.functions.items() if fn.bound}
+
+    def loops_around(self, site) -> list[int]:
+        """`facts.loops_between(None, site)`: the loop blocks holding `site` in its scope, worked out
+        once per block (rules ask it of every call). The list is shared: read it, do not change it."""
+        found = self._loops_around.get(site.block)
+        if found is None:
+            found = self._loops_around[site.block] = self.facts.loops_between(None, site)
+        return found
 
     def sums_in(self, span: tuple[int, int]) -> list:
         """The sums (their terms' order spans) whose first term starts within an order span."""
