@@ -558,9 +558,16 @@ class KerasKinds:
 
     # -- what Keras runs for you ---------------------------------------------------------
     def compiled_losses(self):
-        """(compile call, the function Keras calls as a loss, its `y_pred` parameter) for each loss given to `compile`."""
+        """(compile call, the function Keras calls as a loss, its `y_pred` parameter) for each loss given
+        to `compile`; found once per file (TAP104 and TAP402 ask)."""
+        found = self.memo.get("compiled losses")
+        if found is None:
+            found = self.memo["compiled losses"] = list(self._compiled_losses())
+        return iter(found)
+
+    def _compiled_losses(self):
         for call in self.spans.calls:
-            if method_of(call) != "compile":
+            if (call.method or call.func.method) != "compile":  # method_of(call), inline: asked of every call
                 continue
             loss = call.arg(1, "loss")
             if loss is None:

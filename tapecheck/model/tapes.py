@@ -108,7 +108,15 @@ class Tapes:
     def gradient_roots(self, call: Call, tape) -> tuple[set[str], set[str]]:
         """(roots, owners) of `tape.gradient(target, sources)`: the names the sources are read
         through (`model` for `model.trainable_variables`, `w` for `[w, b]`), and among them
-        those that own variables (models, layers)."""
+        those that own variables (models, layers). Worked out once per call (four rules ask); the
+        sets are the caller's own."""
+        key = ("gradient roots", id(call), tape.id)  # the facts, and with them the call, outlive the memo
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = self._gradient_roots(call, tape)
+        return set(found[0]), set(found[1])
+
+    def _gradient_roots(self, call: Call, tape) -> tuple[set[str], set[str]]:
         facts = self.facts
         target = call.arg(0, "target")
         roots: set[str] = set()
