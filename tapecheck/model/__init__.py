@@ -34,11 +34,11 @@ from tapecheck.model.keras import (
     KERAS_ROOTS, TF_FUNCTIONS, VARIABLE_CLASSES, WEIGHT_METHODS, is_keras_class, keras_member,
 )
 from tapecheck.model.objects import Function, Instance, Klass
-from tapecheck.model.program import ProgramModel, load_module, model_of
+from tapecheck.model.program import ProgramModel, load_module, model_of, spans_of
 from tapecheck.model.project import LIBRARIES, dependencies
 from tapecheck.model.queries import (
-    METADATA_CALLS, MODEL_CLASSES, SAME_LIST, call_span, callee_of, is_metadata, method_of, prefixes, spans_of,
-    variable_owner, within,
+    METADATA_CALLS, MODEL_CLASSES, SAME_LIST, call_span, callee_of, is_metadata, method_of, prefixes, variable_owner,
+    within,
 )
 
 __all__ = [

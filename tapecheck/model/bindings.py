@@ -65,6 +65,8 @@ class Bindings:
             if isinstance(owner, ModuleRef):
                 return owner.model.module_binding(attribute, depth + 1)
             return None
+        if name not in self._bound_names:
+            return self._imported(name, depth)  # bound in no scope of the file: what the steps below would find
         scope = facts.scope_of(site)
         reaching = self.assigns_on_every_path(name, site)
         if reaching:
@@ -110,6 +112,8 @@ class Bindings:
     def assigns_reaching(self, name: str, site: Site) -> list:
         """The bindings of `name` that may hold at `site`: reaching ones in its scope, else every
         binding in the nearest enclosing scope that has one (a closure or a global is read later)."""
+        if name not in self._bound_names:
+            return []  # bound in no scope of the file
         facts = self.facts
         reaching = self.assigns_on_every_path(name, site)
         if reaching:
@@ -361,14 +365,14 @@ class Bindings:
         alias (`alias_of`). The cheap answer first: most heads are imports or bound nowhere."""
         head = dotted.partition(".")[0]
         if head == dotted or head in self.facts.imports or head not in self._alias_heads():
-            return self.facts.resolve(dotted)
+            return self.facts.resolved_name(dotted)  # `resolve`, remembered per name (the imports are all seen)
         return self.alias_of(dotted, site)
 
     def _alias_heads(self) -> set[str]:
         """Names some assignment binds to a name or an attribute (`K = tf.keras.backend`)."""
-        heads = self.memo.get("alias heads")
+        heads = self._alias_head_names
         if heads is None:
-            heads = self.memo["alias heads"] = {
+            heads = self._alias_head_names = {
                 a.target for a in self.facts.assigns
                 if a.kind == "assign" and a.value is not None and a.value.kind in ("name", "attribute")
             }
@@ -383,8 +387,8 @@ class Bindings:
         texts = {a.value.text for a in assigns
                  if a.kind == "assign" and a.value is not None and a.value.kind in ("name", "attribute")}
         if len(texts) != 1 or len(assigns) != sum(1 for a in assigns if a.kind == "assign"):
-            return self.facts.resolve(dotted)
-        return self.facts.resolve(texts.pop() + dot + rest)
+            return self.facts.resolved_name(dotted)
+        return self.facts.resolved_name(texts.pop() + dot + rest)
 
     def _enclosing(self, scope: int) -> int | None:
         """The scope whose names a function's body sees next (class bodies do not enclose methods)."""
@@ -400,10 +404,8 @@ class Bindings:
     def self_class(self, head: str, site: Site) -> Block | None:
         """The class whose instance `head` is at `site`: the class of the method holding `site`,
         when `head` is that method's `self`. None in a function, a staticmethod, or for another name."""
-        fn = self.functions.get(self.facts.scope_of(site))
-        if fn is not None and fn.bound and fn.self_name == head:
-            return fn.owner
-        return None
+        found = self._selves.get(self.facts.blocks[site.block].scope)
+        return found[1] if found is not None and found[0] == head else None
 
     def attribute_assigns(self, klass: Block, attribute: str) -> list:
         """Every `self.<attribute> = ...` in the methods of `klass` and its local bases, with the method."""
@@ -430,7 +432,7 @@ class Bindings:
             return []
         fn = found[0][1]
         facts = self.facts
-        if any(facts.loops_between(None, a.site) or a.site.in_comprehension for a, _ in found):
+        if any(self.loops_around(a.site) or a.site.in_comprehension for a, _ in found):
             return []
         last = max(a.site.order for a in self.assigns_in(fn.block.id))
         end = Site(fn.block.end_line + 1, 0, last + 1, fn.block.id)  # past every binding of the method
@@ -479,7 +481,7 @@ class Bindings:
         facts = self.facts
         return (assign.kind == "assign"
                 and sum(1 for a in self.assigns_named(assign.target) if a.kind != "param") == 1
-                and not facts.loops_between(None, assign.site)
+                and not self.loops_around(assign.site)
                 and not self.guarded(assign.site, facts.scope_of(assign.site)))
 
     def assigns_of(self, name: str, site: Site, bases: bool = True) -> list:

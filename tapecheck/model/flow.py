@@ -78,11 +78,18 @@ class Tracer:
                     and (self.flow_of(call.func.text).empty() or self._own_method(call)):
                 # `self.generate(z)`: the method reads attributes of the object (`self.generator`)
                 reads.append((call.receiver, call.site.order, call))
+        # what each call is, asked once per judgement (every read below asks of the calls around it)
+        callees = {id(c): callee_of(facts, c) for c in calls if not isinstance(c, Compare)} if reads else {}
+        # Whether some read met a cut (or a step that decides one: a stop, an index) on its way. The
+        # terms of a sum in `span` are judged on the same reads, each under the innermost of the same
+        # calls: with no cut met here, none of them meets one, and `_cut_terms` finds nothing to note.
+        met_cut = False
         for name, order, through in reads:
             if is_metadata(name):
                 continue
             enclosing = [c for c in calls if c.site.order < order <= c.end_order]
-            if any(not isinstance(c, Compare) and callee_of(facts, c) in STOP_CALLS for c in enclosing):
+            if any(callees.get(id(c)) in STOP_CALLS for c in enclosing):  # a Compare: None, in no set
+                met_cut = True  # a term inside the stop call, judged without it, may meet a cut
                 continue
             element = _element_of(comprehensions, name, order) if comprehensions else None
             value = self.judge(element) if element is not None else self.flow_of(name)
@@ -90,9 +97,13 @@ class Tracer:
                 value = self._through_attributes(through, name)
             elif through is not None and not value.empty():
                 value = self._through(through, order, value)
+            if value.cuts or value.partial:
+                met_cut = True
             if value.empty():
                 continue
-            indexed = [i for i, c in enumerate(enclosing) if not isinstance(c, Compare) and _is_index(facts, c)]
+            indexed = [i for i, c in enumerate(enclosing) if not isinstance(c, Compare) and _is_index_callee(callees[id(c)])]
+            if indexed:
+                met_cut = True  # the calls inside an index are passed over here, not in a term inside it
             outermost_index = indexed[0] if indexed else len(enclosing)
             for position in range(len(enclosing) - 1, -1, -1):
                 call = enclosing[position]
@@ -101,20 +112,25 @@ class Tracer:
                 elif position > outermost_index:
                     continue  # inside an index: no cut is a cut here
                 elif isinstance(call, Compare):
+                    met_cut = True
                     value.cut_all(Cut(call.site, f"the comparison `{call.operator}`"))
-                elif callee_of(facts, call) in STOP_GRADIENT_CALLS:
+                elif callees[id(call)] in STOP_GRADIENT_CALLS:
+                    met_cut = True
                     value.cut_all(Cut(call.site, describe(call), deliberate=True))
                 elif cuts(facts, call) or (method_of(call) in PREDICT_METHODS and _keras_predict(model, call)):
                     # `model.predict(x)`: Keras runs the model outside any tape and returns NumPy
-                    value.cut_all(Cut(call.site, describe(call), zero=callee_of(facts, call) in ZERO_GRADIENT_OPS))
+                    met_cut = True
+                    value.cut_all(Cut(call.site, describe(call), zero=callees[id(call)] in ZERO_GRADIENT_OPS))
                 else:
                     value = self._through(call, order, value)
+                    if value.cuts or value.partial:
+                        met_cut = True
                 if value.empty():
                     break
             flow.merge(value)
         for origin in flow.live:
             flow.cuts.pop(origin, None)
-        if flow.live and model.facts.sums:
+        if flow.live and met_cut and model.facts.sums:
             self._cut_terms(span, flow)
         return flow
 
@@ -269,8 +285,7 @@ def _element_of(comprehensions, name: str, order: int):
     return best[1] if best is not None else None
 
 
-def _is_index(facts, call) -> bool:
-    callee = callee_of(facts, call)
+def _is_index_callee(callee: str) -> bool:
     return callee in INDEX_CALLS or callee.startswith("numpy.random.")
 
 

@@ -536,6 +536,12 @@ class KerasKinds:
         `self.loss_fn` set in `__init__`): (its `keras.losses` class, the constructor call's summary)
         for each binding it may hold at `site` (`value_assigns`). None when there is none, or one
         binding is not the construction of a `keras.losses` class."""
+        leaves = self._assigned_leaves
+        if leaves is None:
+            leaves = self._assigned_leaves = frozenset(
+                a.target.rpartition(".")[2] for a in self.facts.assigns if a.kind == "assign")
+        if name.rpartition(".")[2] not in leaves:
+            return None  # no plain assignment binds the name (nor `self.<it>`): every binding found would be of another kind
         assigns = self.value_assigns(name, site)
         if not assigns:
             return None
@@ -552,9 +558,16 @@ class KerasKinds:
 
     # -- what Keras runs for you ---------------------------------------------------------
     def compiled_losses(self):
-        """(compile call, the function Keras calls as a loss, its `y_pred` parameter) for each loss given to `compile`."""
+        """(compile call, the function Keras calls as a loss, its `y_pred` parameter) for each loss given
+        to `compile`; found once per file (TAP104 and TAP402 ask)."""
+        found = self.memo.get("compiled losses")
+        if found is None:
+            found = self.memo["compiled losses"] = list(self._compiled_losses())
+        return iter(found)
+
+    def _compiled_losses(self):
         for call in self.spans.calls:
-            if method_of(call) != "compile":
+            if (call.method or call.func.method) != "compile":  # method_of(call), inline: asked of every call
                 continue
             loss = call.arg(1, "loss")
             if loss is None:

@@ -21,7 +21,7 @@ from tapecheck.model.calls import Calls
 from tapecheck.model.keras import KerasKinds
 from tapecheck.model.ops import MAX_ALIAS_DEPTH
 from tapecheck.model.project import MAX_MODULES, MAX_MODULE_BYTES, _modules, module_file
-from tapecheck.model.queries import spans_of
+from tapecheck.model.queries import Spans
 from tapecheck.model.summaries import Summaries
 from tapecheck.model.tapes import Tapes
 
@@ -37,7 +37,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
 
     def __init__(self, facts: FileFacts):
         self.facts = facts
-        self.spans = spans_of(facts)
+        self.spans = Spans(facts)
         self.functions: dict[int, Function] = {}
         self.classes: dict[int, Block] = {}
         self._defs: dict[tuple[str, int, int], Block] = {}  # (name, line, scope) -> function/class block
@@ -62,13 +62,27 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         self._bindings: dict[tuple[str, int, int], object] = {}  # binding(name, site) asked from outside
         self._binding_busy = False  # a binding is being worked out: nested questions are not remembered
         self._uses_by_attribute: dict[str, list] | None = None
+        self._alias_head_names: set[str] | None = None  # _alias_heads
+        self._assigned_leaves: frozenset[str] | None = None  # loss_constructions: last parts of plain assignments' targets
+        # the files this file's imports read (`_load`): set by `model_of` for the file being linted,
+        # whose model lives for its lint only; None for another file's model (`load_module`), kept
+        # across lints, which asks `load_module` each time (its stamp check sees a changed file)
+        self._loaded: dict | None = None
+        self._recording: dict[int, list] = {}  # block id -> the tapes recording there (`recording`)
+        self._loops_around: dict[int, list] = {}  # block id -> the loops holding it in its scope (`loops_around`)
         self.differences = frozenset(facts.differences)  # the order spans of the sums that subtract a term
         params: dict[int, list[str]] = {}
+        scopes = [block.scope for block in facts.blocks]  # `facts.scope_of`, by block id
+        by_scope, by_scope_name = self._assigns_by_scope, self._assigns_by_scope_name
+        bound = set()
         for assign in facts.assigns:
-            self._assigns_by_scope.setdefault(facts.scope_of(assign.site), []).append(assign)
-            self._assigns_by_scope_name.setdefault((facts.scope_of(assign.site), assign.target), []).append(assign)
+            scope = scopes[assign.site.block]
+            by_scope.setdefault(scope, []).append(assign)
+            by_scope_name.setdefault((scope, assign.target), []).append(assign)
+            bound.add(assign.target)
             if assign.kind == "param":
                 params.setdefault(assign.site.block, []).append(assign.target)
+        self._bound_names = frozenset(bound)  # every name some binding of the file binds, in any scope
         for block in facts.blocks:
             if block.kind not in ("function", "class"):
                 continue
@@ -85,6 +99,17 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
             self.functions[block.id] = Function(
                 block, tuple(params.get(block.id, ())), owner, owner is not None and not static, self
             )
+        # method block id -> (its `self` name, its class), for `self_class`
+        self._selves: dict[int, tuple[str, Block]] = {
+            block_id: (fn.self_name, fn.owner) for block_id, fn in self.functions.items() if fn.bound}
+
+    def loops_around(self, site) -> list[int]:
+        """`facts.loops_between(None, site)`: the loop blocks holding `site` in its scope, worked out
+        once per block (rules ask it of every call). The list is shared: read it, do not change it."""
+        found = self._loops_around.get(site.block)
+        if found is None:
+            found = self._loops_around[site.block] = self.facts.loops_between(None, site)
+        return found
 
     def sums_in(self, span: tuple[int, int]) -> list:
         """The sums (their terms' order spans) whose first term starts within an order span."""
@@ -152,7 +177,7 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         if not origin:
             return None
         module, _, attribute = origin.rpartition(".")
-        other = load_module(facts.path, module, relative) if module else None
+        other = self._load(module, relative) if module else None
         if other is None:
             return None
         found = other.assigns_named_in(0, attribute)
@@ -176,11 +201,22 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
             return None
         module, _, attribute = origin.rpartition(".")
         if module:
-            other = load_module(facts.path, module, relative)
+            other = self._load(module, relative)
             if other is not None:
                 return other.module_binding(attribute, depth + 1)
-        other = load_module(facts.path, origin, relative)  # `import models`, `from . import losses`
+        other = self._load(origin, relative)  # `import models`, `from . import losses`
         return ModuleRef(other) if other is not None else None
+
+    def _load(self, module: str, relative: bool) -> "ProgramModel | None":
+        """`load_module` for an import of this file: asked once per module during one file's lint
+        (each asking stats the file; the names of a file ask hundreds of times)."""
+        loaded = self._loaded
+        if loaded is None:
+            return load_module(self.facts.path, module, relative)
+        key = (module, relative)
+        if key not in loaded:
+            loaded[key] = load_module(self.facts.path, module, relative)
+        return loaded[key]
 
     def _one(self, assigns, depth: int):
         values = [self._value_of(a, depth) for a in assigns]
@@ -188,11 +224,17 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         return first if first is not None and all(v is first or v == first for v in values) else None
 
 
+def spans_of(facts: FileFacts) -> Spans:
+    """The uses and calls of `facts` by order span: those of its model (`model_of`), built once per file."""
+    return model_of(facts).spans
+
+
 def model_of(facts: FileFacts) -> ProgramModel:
     """The model of `facts`, built once per file however many rules ask."""
     model = facts.model
     if model is None:
         model = facts.model = ProgramModel(facts)
+        model._loaded = {}  # closed with the file's lint (`close`): the imported files are asked once
     return model
 
 

@@ -7,6 +7,7 @@ over sorted orders) gives "the names this value reads" without a second walk.
 
 from __future__ import annotations
 
+import functools
 import re
 from bisect import bisect_right
 
@@ -34,13 +35,12 @@ METADATA_CALLS = frozenset(
 
 
 class Spans:
-    """Uses and calls of one file, sorted by order, looked up by order span."""
+    """Uses and calls of one file, sorted by order, looked up by order span. Built with the file's
+    model (`ProgramModel.spans`, `spans_of`)."""
 
     def __init__(self, facts):
-        self.uses = sorted(facts.uses, key=lambda use: use.site.order)
-        self._use_orders = [use.site.order for use in self.uses]
-        self.calls = sorted(facts.calls, key=lambda call: call.site.order)
-        self._call_orders = [call.site.order for call in self.calls]
+        self.uses, self._use_orders = _by_order(facts.uses)
+        self.calls, self._call_orders = _by_order(facts.calls)
 
     def uses_in(self, span: tuple[int, int]):
         start, end = span
@@ -51,14 +51,14 @@ class Spans:
         return self.calls[bisect_right(self._call_orders, start): bisect_right(self._call_orders, end)]
 
 
-_cache: list = [None, None]
-
-
-def spans_of(facts) -> Spans:
-    """The Spans of `facts`, built once per file even when several rules ask."""
-    if _cache[0] is not facts:
-        _cache[0], _cache[1] = facts, Spans(facts)
-    return _cache[1]
+def _by_order(events) -> tuple[list, list[int]]:
+    """The events sorted by order (stable), and their orders. The walk records most in order
+    already: then the list is copied, not sorted."""
+    orders = [event.site.order for event in events]
+    if all(a <= b for a, b in zip(orders, orders[1:])):
+        return list(events), orders
+    ordered = sorted(events, key=lambda event: event.site.order)
+    return ordered, [event.site.order for event in ordered]
 
 
 def call_span(call) -> tuple[int, int]:
@@ -79,16 +79,19 @@ def callee_of(facts, call) -> str:
     return facts.resolved_name(text) if text else ""
 
 
+@functools.lru_cache(maxsize=8192)  # asked of the same names for every value the flow tracer judges
 def is_metadata(name: str) -> bool:
     """`x.shape`, `x.shape[0]`, `images.dtype`: static facts about a tensor."""
     return any(part in METADATA_ATTRIBUTES for part in name.split(".")[1:])
 
 
-def prefixes(name: str):
+@functools.lru_cache(maxsize=8192)  # asked of the same names for every value the flow tracer judges
+def prefixes(name: str) -> tuple[str, ...]:
     """`a.b.c`, `a.b`, `a`: a dotted name and the objects it is read through."""
+    if "." not in name:
+        return (name,)
     parts = name.split(".")
-    for end in range(len(parts), 0, -1):
-        yield ".".join(parts[:end])
+    return tuple(".".join(parts[:end]) for end in range(len(parts), 0, -1))
 
 
 def variable_owner(text: str) -> str:

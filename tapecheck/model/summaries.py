@@ -143,7 +143,15 @@ class Summaries:
 
     def lambda_layer_cut(self, call: Call) -> Cut | None:
         """The cut in the function of a `keras.layers.Lambda` inside the `Sequential([...])` the called
-        name holds (`keras.layers.Lambda(lambda t: tf.round(t))`), or None."""
+        name holds (`keras.layers.Lambda(lambda t: tf.round(t))`), or None. Answered once per call
+        (the flow tracer asks it of every call it passes a value through that runs no function here)."""
+        key = ("lambda-layer cut of call", id(call))  # the facts, and with them the call, outlive the memo
+        if key in self.memo:
+            return self.memo[key]
+        found = self.memo[key] = self._lambda_layer_cut(call)
+        return found
+
+    def _lambda_layer_cut(self, call: Call) -> Cut | None:
         assigns = self.value_assigns(call.func.text, call.site)
         if len(assigns) != 1 or assigns[0].kind != "assign" or assigns[0].value is None:
             return None

@@ -34,6 +34,22 @@ class Tapes:
                     break
         return sorted(uses, key=lambda use: use.call.site.order)
 
+    def gradient_calls(self) -> list:
+        """`facts.gradient_calls()`: every `tape.gradient/jacobian/batch_jacobian(...)` whose tape is
+        known, with its tape; worked out once per file (each asking scans every call of the file)."""
+        found = self.memo.get("gradient calls")
+        if found is None:
+            found = self.memo["gradient calls"] = self.facts.gradient_calls()
+        return list(found)
+
+    def recording(self, site: Site) -> list:
+        """`facts.recording(site)`: the tapes recording at `site`, one answer per block, remembered
+        here without the facts' check that the walk is over (asked of every call of a file)."""
+        found = self._recording.get(site.block)
+        if found is None:
+            found = self._recording[site.block] = self.facts.recording(site)
+        return found
+
     def opens_tape(self, block_id: int) -> bool:
         """Whether a `with tf.GradientTape() as tape:` block sits in block `block_id` of this
         file, or in a function nested in it (a builder whose returned step trains a model)."""
@@ -92,7 +108,15 @@ class Tapes:
     def gradient_roots(self, call: Call, tape) -> tuple[set[str], set[str]]:
         """(roots, owners) of `tape.gradient(target, sources)`: the names the sources are read
         through (`model` for `model.trainable_variables`, `w` for `[w, b]`), and among them
-        those that own variables (models, layers)."""
+        those that own variables (models, layers). Worked out once per call (four rules ask); the
+        sets are the caller's own."""
+        key = ("gradient roots", id(call), tape.id)  # the facts, and with them the call, outlive the memo
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = self._gradient_roots(call, tape)
+        return set(found[0]), set(found[1])
+
+    def _gradient_roots(self, call: Call, tape) -> tuple[set[str], set[str]]:
         facts = self.facts
         target = call.arg(0, "target")
         roots: set[str] = set()

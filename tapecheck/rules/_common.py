@@ -35,13 +35,21 @@ def flatten(expr):
 
 
 def metric_bindings(facts) -> dict[str, list]:
-    """Names (`train_loss`, `self.acc`) bound to a Keras metric object, with their bindings."""
+    """Names (`train_loss`, `self.acc`) bound to a Keras metric object, with their bindings.
+    Worked out once per file (the model's memo): TAP301 and TAP302 both ask."""
+    model = model_of(facts)
+    found = model.memo.get("metric bindings")
+    if found is None:
+        found = model.memo["metric bindings"] = _metric_bindings(facts, model)
+    return dict(found)
+
+
+def _metric_bindings(facts, model) -> dict[str, list]:
     local_classes = {
         block.name for block in facts.blocks
         if block.kind == "class" and any(is_keras_class(base, "metrics") for base in block.bases)
     }
     found: dict[str, list] = {}
-    model = model_of(facts)
     for assign in facts.assigns:
         value = assign.value
         if assign.kind == "assign" and value is not None and value.kind == "call":

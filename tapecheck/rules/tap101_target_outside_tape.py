@@ -244,7 +244,7 @@ def _forward_pass_outside(facts):
     """The loss is inside the tape, but the forward pass it uses ran before the tape (here,
     or in the caller that passed the prediction in): the tape has no path to the model."""
     model = model_of(facts)
-    for call, tape in facts.gradient_calls():
+    for call, tape in model.gradient_calls():
         target = call.arg(0, "target")
         if not tape.with_blocks or not tape.name or target is None or target.kind != "name":
             continue
@@ -404,7 +404,7 @@ def _computed_by_comprehension(model, assign) -> bool:
 
 def _target_outside(facts):
     model = model_of(facts)
-    for call, tape in facts.gradient_calls():
+    for call, tape in model.gradient_calls():
         target = call.arg(0, "target")
         block_line = facts.blocks[tape.with_blocks[0]].line if tape.with_blocks else tape.site.line
         label = tape.name or "the tape"

@@ -185,7 +185,7 @@ def _made_here(value) -> bool:
 def check(facts):
     model = model_of(facts)
     harmless_calls = [c for c in facts.calls if c.func.text in HARMLESS_CALLEES or c.method in ("apply_gradients", "gradient")]
-    for call, tape in facts.gradient_calls():
+    for call, tape in model.gradient_calls():
         if not tape.with_blocks:
             continue
         for source in flatten(call.arg(1, "sources")):

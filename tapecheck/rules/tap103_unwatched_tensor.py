@@ -536,7 +536,7 @@ def _computes_tensor(value) -> bool:
 
 def check(facts):
     model = model_of(facts)
-    for call, tape in facts.gradient_calls():
+    for call, tape in model.gradient_calls():
         if not tape.name or facts.tape_escapes(tape):
             continue
         watches = facts.tape_calls(tape, {"watch"})

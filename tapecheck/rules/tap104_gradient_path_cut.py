@@ -630,7 +630,7 @@ def _where(facts, cut, fallback):
 def check(facts):
     model = model_of(facts)
     reported = set()
-    for call, tape in facts.gradient_calls():
+    for call, tape in model.gradient_calls():
         target = call.arg(0, "target")
         if not tape.with_blocks or not tape.name or target is None or target.kind != "name":
             continue

@@ -513,7 +513,7 @@ def check(facts):
     pm = model_of(facts)
     applies = {facts.scope_of(c.site) for c in facts.calls if method_of(c) == "apply_gradients"}
     adds_losses: dict[int, bool] = {}  # per step scope: read once, whatever the roots and tapes
-    for call, tape in facts.gradient_calls():
+    for call, tape in pm.gradient_calls():
         scope = facts.scope_of(call.site)
         target = call.arg(0, "target")
         if scope not in applies or not tape.with_blocks or not tape.name or target is None:

@@ -242,7 +242,7 @@ def _applied(model, facts, call, scope: int):
 
 def check(facts):
     model = model_of(facts)
-    for call, tape in facts.gradient_calls():
+    for call, tape in model.gradient_calls():
         if call.method != "gradient" or len(call.args) > 2 or "output_gradients" in call.keywords:
             continue
         target = call.arg(0, "target")
@@ -303,7 +303,7 @@ def _loss_from(model, facts, tape, made, call, scope: int):
                   and not variable_owner(u.name)]
         if not others:
             continue  # `tf.reduce_mean(out)`: the same direction, only scaled
-        if any(_reads(model, other, assign.target) for other, _ in facts.gradient_calls()):
+        if any(_reads(model, other, assign.target) for other, _ in model.gradient_calls()):
             return None  # the loss is differentiated somewhere: this call is on purpose
         return assign
     return None

@@ -336,12 +336,13 @@ def _literal(expr):
     return None
 
 
-def _activation(model, call):
+def _activation(model, call, callee=None):
     """For a call of a softmax/sigmoid/log_softmax: (its input expression, whether it returns
-    probabilities); else None."""
+    probabilities); else None. `callee`: `model.resolved` of the called name, when known."""
     if not call.func.text:
         return None
-    callee = model.resolved(call.func.text, call.site)
+    if callee is None:
+        callee = model.resolved(call.func.text, call.site)
     probabilities = ACTIVATIONS.get(callee)
     if probabilities is None:
         member = keras_member(callee, "activations") or keras_member(callee, "ops")
@@ -351,15 +352,17 @@ def _activation(model, call):
     return call.arg(0, "logits" if "logits" in call.keywords else "x"), probabilities
 
 
-def _loss_kind(model, call):
-    """For a cross-entropy call: (the prediction argument, "probabilities"/"logits"); else None."""
+def _loss_kind(model, call, callee=None):
+    """For a cross-entropy call: (the prediction argument, "probabilities"/"logits"); else None.
+    `callee`: `model.resolved` of the called name, when known."""
     func = call.func
     if func.kind == "call":  # `tf.keras.losses.BinaryCrossentropy()(y, p)`
         callee = model.resolved(func.func_text, call.site) if func.func_text else ""
         return _instance_kind(keras_member(callee, "losses") if callee else "", func.keywords, call)
     if not func.text:
         return None
-    callee = model.resolved(func.text, call.site)
+    if callee is None:
+        callee = model.resolved(func.text, call.site)
     if callee in TF_LOGITS_LOSSES:
         return call.arg(1, "logits"), "logits"
     member = keras_member(callee, "losses") or keras_member(callee, "metrics")
@@ -402,11 +405,12 @@ def check(facts):
         if call.site.in_comprehension:
             continue
         scope = facts.scope_of(call.site)
-        loss = _loss_kind(model, call)
+        callee = model.resolved(call.func.text, call.site) if call.func.text else None  # asked once for both
+        loss = _loss_kind(model, call, callee)
         if loss is not None and loss[0] is not None:
             by_scope.setdefault(scope, []).append(("loss", call, loss[0], loss[1]))
             continue
-        activation = _activation(model, call)
+        activation = _activation(model, call, callee)
         if activation is not None and activation[0] is not None:
             by_scope.setdefault(scope, []).append(("activation", call, activation[0], activation[1]))
     for call in facts.calls:

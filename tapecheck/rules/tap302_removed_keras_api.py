@@ -823,6 +823,8 @@ def _lr_attributes(facts, model, optimizers):
     yield from _item_lr_attributes(facts, model)
     read_lines = set()
     for use in facts.uses:
+        if ".lr" not in use.name:
+            continue  # no part after the first is `lr` (asked before the split: most names are not)
         parts = use.name.split(".")
         if "lr" not in parts[1:] or _feature_tested(model, use.site):
             continue
@@ -836,6 +838,8 @@ def _lr_attributes(facts, model, optimizers):
             f"Read `{receiver}.learning_rate` (assign to it, or call `{receiver}.learning_rate.assign(x)`).",
         ), "lr-attribute", None)
     for assign in facts.assigns:
+        if not assign.target.endswith(".lr"):
+            continue  # its last part is not `lr`
         receiver, _, attribute = assign.target.rpartition(".")
         if attribute != "lr" or not receiver or assign.kind not in ("assign", "augassign"):
             continue

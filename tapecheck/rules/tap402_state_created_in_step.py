@@ -353,17 +353,18 @@ def _is_step_work(facts, call) -> bool:
     return method in GRADIENT_METHODS and bool(call.receiver) and facts.tape_for(call.receiver, call.site) is not None
 
 
-def _step_functions(facts, work) -> dict[int, str]:
+def _step_functions(model, work) -> dict[int, str]:
     """Function blocks that do one training step per call: block id -> name."""
+    facts = model.facts
     called_in_loops = {
         call.func.text.rsplit(".", 1)[-1]
         for call in facts.calls
-        if call.func.text and facts.loops_between(None, call.site)
+        if call.func.text and model.loops_around(call.site)
     }
     steps = {}
     for call in work:
         block = facts.blocks[facts.scope_of(call.site)]
-        if block.kind != "function" or block.name in NOT_STEPS or facts.loops_between(None, call.site):
+        if block.kind != "function" or block.name in NOT_STEPS or model.loops_around(call.site):
             continue
         if block.name.startswith("test"):
             continue  # a unit test: runs once
@@ -372,14 +373,14 @@ def _step_functions(facts, work) -> dict[int, str]:
     return steps
 
 
-def _step_loops(facts, work, steps) -> dict[int, int]:
+def _step_loops(model, work, steps) -> dict[int, int]:
     """Loop blocks whose every pass is one training step: loop id -> line of the step."""
     loops = {}
     step_names = set(steps.values())
     work_ids = {id(call) for call in work}
-    for call in facts.calls:
+    for call in model.facts.calls:
         if id(call) in work_ids or call.func.text.rsplit(".", 1)[-1] in step_names:
-            inner = facts.loops_between(None, call.site)
+            inner = model.loops_around(call.site)
             if inner:
                 loops.setdefault(inner[-1], call.site.line)
     return loops
@@ -390,8 +391,8 @@ def check(facts):
     makers = [(call, model.state_kind(call)) for call in facts.calls]
     makers = [(call, kind) for call, kind in makers if kind and not call.site.in_comprehension]
     work = [call for call in facts.calls if _is_step_work(facts, call)]
-    steps = _step_functions(facts, work)
-    loops = _step_loops(facts, work, steps)
+    steps = _step_functions(model, work)
+    loops = _step_loops(model, work, steps)
     reported = set()
     for call, kind in makers:
         scope = facts.scope_of(call.site)
@@ -500,13 +501,13 @@ def _optimizers_handed_to_traced_steps(facts, model, makers, reported):
             continue
         scope = facts.scope_of(maker.site)
         fn = model.functions.get(scope)
-        if fn is None or model.guarded(maker.site, scope) or facts.loops_between(None, maker.site):
+        if fn is None or model.guarded(maker.site, scope) or model.loops_around(maker.site):
             continue
         bound = [a for a in model.assigns_in(scope) if a.kind == "assign" and model.value_call(a) is maker]
         if len(bound) != 1 or "." in bound[0].target:
             continue
         name = bound[0].target
-        repeated = next((c for c in model.callers(fn) if facts.loops_between(None, c.site)), None)
+        repeated = next((c for c in model.callers(fn) if model.loops_around(c.site)), None)
         if repeated is None:
             continue
         for call in model.calls_in_scope(scope):

@@ -464,24 +464,37 @@ def _is_model_class(facts, call) -> bool:
     return callee_of(facts, call) in MODEL_CLASSES
 
 
-def _local_definitions(facts) -> dict[str, str]:
+def _mode_calls_of(model) -> list:
+    """The calls of the file that make a mode-dependent layer, found once per file."""
+    if "TAP403.mode layer calls" not in model.memo:
+        facts = model.facts
+        model.memo["TAP403.mode layer calls"] = [c for c in facts.calls if _is_mode_layer(facts, c)]
+    return model.memo["TAP403.mode layer calls"]
+
+
+def _local_definitions(model) -> dict[str, str]:
     """Classes (and model-building functions) of this file with a mode-dependent layer."""
-    mode_calls = [c for c in facts.calls if _is_mode_layer(facts, c)]
+    facts = model.facts
+    mode_calls = _mode_calls_of(model)
     # a class may also name the layer class without calling it there (a table of norm layers to
     # pick from, `norm=layers.BatchNormalization` as a default): it builds one
-    mode_refs = [u for u in facts.uses if "keras" in facts.resolve(u.name)
-                 and keras_member(facts.resolve(u.name), "layers") in MODE_LAYERS]
+    mode_refs = [u for u in facts.uses if "keras" in facts.resolved_name(u.name)
+                 and keras_member(facts.resolved_name(u.name), "layers") in MODE_LAYERS]
     if not mode_calls and not mode_refs:
         return {}
     model_calls = [c for c in facts.calls if _is_model_class(facts, c)]
+
+    def holding(events) -> set[int]:  # the blocks holding one of the events (each block scanned them all before)
+        return {block_id for event in events for block_id in facts.chain(event.site.block)}
+
+    with_mode, with_model, with_ref = holding(mode_calls), holding(model_calls), holding(mode_refs)
     found = {}
     for block in facts.blocks:
         if block.kind not in ("class", "function"):
             continue
-        holds = lambda call: block.id in facts.chain(call.site.block)  # noqa: E731
-        if any(holds(c) for c in mode_calls) and (block.kind == "class" or any(holds(c) for c in model_calls)):
+        if block.id in with_mode and (block.kind == "class" or block.id in with_model):
             found.setdefault(block.name, f"`{block.name}`, line {block.line}")
-        elif block.kind == "class" and any(holds(u) for u in mode_refs):
+        elif block.kind == "class" and block.id in with_ref:
             found.setdefault(block.name, f"`{block.name}`, line {block.line}")
     for block in facts.blocks:  # subclasses of such a class
         if block.kind == "class" and block.name not in found and any(base in found for base in block.bases):
@@ -492,7 +505,7 @@ def _local_definitions(facts) -> dict[str, str]:
 def _definitions(model) -> dict[str, str]:
     """`_local_definitions` of a file's model, worked out once per file."""
     if "TAP403.definitions" not in model.memo:
-        model.memo["TAP403.definitions"] = _local_definitions(model.facts)
+        model.memo["TAP403.definitions"] = _local_definitions(model)
     return model.memo["TAP403.definitions"]
 
 
@@ -559,7 +572,7 @@ def _imported_model(model, name: str) -> str:
 def _mode_scopes(model) -> set[int]:
     if "TAP403.scopes" not in model.memo:
         facts = model.facts
-        model.memo["TAP403.scopes"] = {facts.scope_of(c.site) for c in facts.calls if _is_mode_layer(facts, c)}
+        model.memo["TAP403.scopes"] = {facts.scope_of(c.site) for c in _mode_calls_of(model)}
     return model.memo["TAP403.scopes"]
 
 
@@ -854,14 +867,14 @@ def check(facts):
     yield from _sublayer_calls(model)
     if not _definitions(model) and not _mode_scopes(model) and not facts.imports and not facts.relative_imports:
         return
-    recorded = [c for c in facts.calls if facts.recording(c.site)]
+    recorded = [c for c in facts.calls if model.recording(c.site)]
     # functions a tape runs: a model called there without the flag is trained too
     under_tape = {fn.block.id for fn in map(model.resolve, recorded) if fn is not None}
     for call in facts.calls:
         if call.func.kind not in ("name", "attribute") or call.site.in_comprehension:
             continue
         if not (call.keywords or len(call.args) > 1 or facts.scope_of(call.site) in under_tape
-                or facts.recording(call.site)):
+                or model.recording(call.site)):
             continue  # not trained, and no mode given: nothing to say
         where = _model_of(model, call)
         name = call.func.text
@@ -869,7 +882,7 @@ def check(facts):
             # what the code itself says: the same model called with a literal `training=` elsewhere
             training = call.arg(1, "training")
             if training is None and name in _mode_calls(model):
-                tapes = facts.recording(call.site)
+                tapes = model.recording(call.site)
                 # weaker evidence, so stricter: every tape recording it trains it (not the critic
                 # called for the generator's loss while the critic's tape also records)
                 if tapes and all(_trained_by(facts, spans, t, name) for t in tapes):
@@ -888,7 +901,7 @@ def check(facts):
             elif training is not None and training.value is True and _validating(facts, call):
                 function = facts.blocks[facts.scope_of(call.site)]
                 trained = lambda other: any(  # noqa: E731
-                    _trained_by(facts, spans, t, name) for t in facts.recording(other.site)
+                    _trained_by(facts, spans, t, name) for t in model.recording(other.site)
                 )
                 other = _called_with(model, call, True, trained)
                 if other is not None:
@@ -905,7 +918,7 @@ def check(facts):
         flag = flags[0]
         training = _training_arg(model, call, flags)
         if training is None:
-            tapes = facts.recording(call.site)
+            tapes = model.recording(call.site)
             trained = any(_trained_by(facts, spans, t, name) for t in tapes)
             through = "" if trained or tapes else _helper_in_a_tape(facts, model, spans, call, name)
             if (trained or through) and where.startswith("its `call`"):

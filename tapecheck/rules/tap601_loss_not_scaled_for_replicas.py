@@ -381,7 +381,7 @@ def check(facts):
         if not any(method_of(c) == "apply_gradients" and facts.scope_of(c.site) == scope for c in facts.calls):
             continue
         judge = _Judge(facts, model, step)
-        for gradient, _tape in facts.gradient_calls():
+        for gradient, _tape in model.gradient_calls():
             if facts.scope_of(gradient.site) != scope or not gradient.args:
                 continue
             target = gradient.args[0]
