@@ -81,6 +81,21 @@ SPELLINGS = {
         "def norms(values):\n    squares = map(lambda v: v * v, values)\n    total = sum(squares)\n"
         "    return total, max(squares)\n"
     ),
+    # lone `\r` line breaks (Python and libcst take them): a comment ends at the `\r`
+    "TAP501-cr-commented-map": (
+        "import numpy as np\rimport tensorflow as tf\rdef augment(image):\r    return image + np.random.normal(0.0, 0.1)\r"
+        "ds = tf.data.Dataset.from_tensor_slices(images)\rds = (ds.map  # each element\r      )(augment)\r"
+    ),
+    "TAP501-cr-commented-function": "import tensorflow as tf\r@(tf.  # traced\r  function)" + SIDE_EFFECT_BODY.replace("\n", "\r"),
+    "TAP402-cr-commented-decorator": (
+        "import keras\rimport tensorflow as tf\r@(  # traced\r    tf.function)\rdef predict(x):\r"
+        "    return keras.layers.Dense(4)(x)\r"
+    ),
+    "TAP407-cr-commented-zip": (
+        "def step(opt, grads, variables):\r    pairs = (zip  # pairs\r    )(grads, variables)\r"
+        "    kept = [(g, v) for g, v in pairs if g is not None]\r    opt.apply(kept)\r"
+        "    return [v for _, v in pairs]\r"
+    ),
     "TAP403-spaced-flag": (
         "import keras\nmodel = keras.Sequential([keras.layers.Dense(4), keras.layers.Dropout(0.5)])\n"
         "def val_step(x):\n    return model(x, training = True)\n"

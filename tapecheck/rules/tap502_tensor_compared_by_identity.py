@@ -58,23 +58,21 @@ from __future__ import annotations
 import re
 
 from tapecheck.model import model_of
-from tapecheck.rules._common import report
+from tapecheck.rules._common import report, token_gap
 
 CODE = "TAP502"
 NAME = "tensor-compared-by-identity"
 SUMMARY = "a tensor or NumPy scalar compared with `is True`/`is False`/`is 0`: always False"
 
 # The screen: `is` (or `is not`) with `True`, `False` or a decimal integer on either side (the
-# only operands `_singleton` accepts), whatever lies between the tokens: whitespace, line
-# continuations, brackets, and comments inside brackets (a comment ends at its line break, so each
-# run of separators is read one way only: no backtracking blow-up on a line of `#`s). Each
+# only operands `_singleton` accepts), whatever lies between the tokens (`token_gap`: whitespace,
+# line continuations, comments inside brackets; here brackets too). Each
 # pattern starts with a literal or a small set of bytes; `x is None` (in most files) passes none.
-_SEPARATORS = rb"(?:[\s\\%s]|#[^\r\n]*[\r\n])*"
 _SINGLETON_AFTER = re.compile(
-    rb"is(?<!\wis)" + _SEPARATORS % rb"(" + rb"(?:not" + _SEPARATORS % rb"(" + rb")?(?:True|False|[0-9])"
+    rb"is(?<!\wis)" + token_gap(rb"(") + rb"(?:not" + token_gap(rb"(") + rb")?(?:True|False|[0-9])"
 )
 _SINGLETON_BEFORE = tuple(
-    re.compile(first + _SEPARATORS % rb")" + rb"is(?!\w)") for first in (rb"True", rb"False", rb"[0-9]")
+    re.compile(first + token_gap(rb")") + rb"is(?!\w)") for first in (rb"True", rb"False", rb"[0-9]")
 )
 
 
