@@ -688,3 +688,54 @@ def test_a_sum_keeps_its_operands_two_levels_deep():
     assert [o.text for o in left.operands] == ["encoder.trainable_variables", "decoder.trainable_variables"]
     assert right.kind == "list" and [e.text for e in right.elements] == ["scale"]
     assert left.operands[0].operands == ()  # a name: nothing below it
+
+
+OPT_MODULE = """\
+import tensorflow as tf
+class Opt(tf.keras.optimizers.SGD):
+    def __init__(self):
+        super().__init__(0.1)
+        self.scale = 2.0
+    def apply_gradients(self, *pairs):
+        return super().apply_gradients(pairs)
+"""
+TRAIN_MODULE = """\
+import tensorflow as tf
+from opt import Opt
+class Other(tf.Module):
+    def __init__(self):
+        self.rate = 1
+    def run(self):
+        return 1
+opt = Opt()
+other = Other()
+"""
+
+
+def test_questions_about_a_class_of_another_file_are_answered_by_its_own_file(tmp_path):
+    """A block id means something only within its file: the imported `Opt` and the local `Other`
+    are both block 1. Handed to this file's model, `Opt`'s block gets `Opt`'s answers, not `Other`'s
+    (the questions read classes by id, and remembered answers by id)."""
+    from tapecheck.lint.engine import read_source
+
+    (tmp_path / "opt.py").write_text(OPT_MODULE, encoding="utf-8")
+    (tmp_path / "train.py").write_text(TRAIN_MODULE, encoding="utf-8")
+    path = str(tmp_path / "train.py")
+    m = model_of(_facts(read_source(path), path))
+    made = {c.func.text: c for c in m.facts.calls if c.func.text in ("Opt", "Other")}
+    opt, other = (m.binding(name, made[name].site) for name in ("Opt", "Other"))
+    assert isinstance(opt, Klass) and opt.model is not m and other.model is m
+    assert opt.block.id == other.block.id  # the collision this is about
+    # the local class first: its answers must not be handed back for the other file's block
+    assert [f.name for f in m.methods(other.block)] == ["__init__", "run"]
+    assert m.base_names(other.block) == ("tensorflow.Module",)
+    assert [a.target for a, _ in m.attribute_assigns(other.block, "rate")] == ["self.rate"]
+    assert [f.name for f in m.methods(opt.block)] == ["__init__", "apply_gradients"]
+    assert m.method_of_block(opt.block, "apply_gradients") is opt.model.method(opt, "apply_gradients") is not None
+    assert m.method_of_block(opt.block, "run") is None
+    assert [b.name for b in m.bases(opt.block)] == ["Opt"]
+    assert m.base_names(opt.block) == ("tensorflow.keras.optimizers.SGD",)
+    assert m.is_keras(opt.block, "optimizers") and not m.is_keras(other.block, "optimizers")
+    assert [a.target for a, _ in m.attribute_assigns(opt.block, "scale")] == ["self.scale"]
+    assert m.attribute_assigns(opt.block, "rate") == [] and m.instances_made(opt.block) == []
+
