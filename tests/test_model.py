@@ -739,3 +739,38 @@ def test_questions_about_a_class_of_another_file_are_answered_by_its_own_file(tm
     assert [a.target for a, _ in m.attribute_assigns(opt.block, "scale")] == ["self.scale"]
     assert m.attribute_assigns(opt.block, "rate") == [] and m.instances_made(opt.block) == []
 
+
+def test_arguments_are_mapped_to_parameters_by_position_or_keyword_not_by_span():
+    """An argument holding nothing to track (`3`, `[1]`) has an empty order span, ending where
+    its neighbour's ends: mapped by that end it took its neighbour's parameter (or the callee's),
+    and `arguments_for` answered None (unknown) for its own."""
+    m = model("""
+        def scale(a, b):
+            return a * b
+        def pad(a, c=None):
+            return a
+        class Net:
+            def run(self, a, b):
+                return a + b
+        def step(x, y):
+            scale(x, 3)
+            scale(2, y)
+            pad(x, c=[1])
+            net = Net()
+            net.run(x, 5)
+    """)
+    fns = {fn.name: fn for fn in m.functions.values()}
+
+    def passed(fn, param):
+        found = m.arguments_for(fns[fn], param)
+        return None if found is None else [(call.site.line, value.kind, value.text or value.value) for call, value in found]
+
+    assert passed("scale", "a") == [(10, "name", "x"), (11, "constant", 2)]
+    assert passed("scale", "b") == [(10, "constant", 3), (11, "name", "y")]
+    assert passed("pad", "c") == [(12, "list", None)]
+    assert passed("run", "b") == [(14, "constant", 5)]
+    for call in m.facts.calls:
+        if call.func.text in ("scale", "pad", "net.run"):
+            fn = fns[call.func.text.rpartition(".")[2]]
+            expected = {"scale": ["a", "b"], "pad": ["a", "c"], "run": ["a", "b"]}[fn.name]
+            assert [m.parameter_of(call, fn, key) for key, _, _ in call.arg_spans] == expected

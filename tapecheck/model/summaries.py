@@ -122,7 +122,7 @@ class Summaries:
         if not names or not call.args and not call.keywords:
             return
         callee = None
-        for key, _, end in call.arg_spans:
+        for key, _, _ in call.arg_spans:
             value = call.passed(key)
             if value is None or value.kind != "name" or value.text not in names:
                 continue
@@ -133,7 +133,7 @@ class Summaries:
                 inner = self.summary(callee)
                 if inner is None or not inner.gradients:
                     return
-            param = self.parameter(call, callee, end)
+            param = self.parameter_of(call, callee, key)
             path = inner.gradients.get(param) if param else None
             if path:
                 repeated = inner.repeated.get(param, "")
