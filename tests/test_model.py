@@ -250,6 +250,37 @@ def test_a_tape_handed_to_a_helper_of_another_module_that_asks_it_in_a_loop(tmp_
     assert "in the loop at line 3 of helpers.py, in `per_task` (line 4 of helpers.py)" in finding.message
 
 
+@pytest.mark.parametrize("layout", ["through-a-local-helper", "through-a-third-module"])
+def test_each_line_of_a_handed_tape_message_names_its_own_file(tmp_path, layout):
+    """The gradient is asked in helpers.py, reached through a helper of train.py or of a third
+    module: "line 4" is helpers.py's, and says so (it said "line 4", and "line 4 of middle.py")."""
+    from tapecheck.lint import lint_paths
+
+    (tmp_path / "helpers.py").write_text(textwrap.dedent("""\
+        def per_task(tape, losses, variables):
+            grads = []
+            for loss in losses:
+                grads.append(tape.gradient(loss, variables))
+            return grads
+        """))
+    (tmp_path / "middle.py").write_text("from helpers import per_task\n\n\ndef middle(tape, losses, variables):\n"
+                                        "    return per_task(tape, losses, variables)\n")
+    head = ("from helpers import per_task\n\n\ndef middle(tape, losses, variables):\n    return per_task(tape, losses, variables)\n"
+            if layout == "through-a-local-helper" else "from middle import middle\n\n\n\n\n")
+    (tmp_path / "train.py").write_text("import tensorflow as tf\n" + head + textwrap.dedent("""\
+        def step(model, x, ys):
+            with tf.GradientTape() as tape:
+                losses = [tf.reduce_mean(o - y) for o, y in zip(model(x, training=True), ys)]
+            return middle(tape, losses, model.trainable_variables)
+        """))
+    (finding,) = lint_paths([str(tmp_path / "train.py")], jobs=1).findings
+    assert (finding.code, finding.line) == ("TAP201", 10)
+    asked = "in the loop at line 3 of helpers.py, in `per_task` (line 4 of helpers.py)"
+    if layout == "through-a-local-helper":
+        asked += ", called from `middle` (line 6);"  # line 6 of train.py: `return per_task(...)`
+    assert asked in finding.message
+
+
 def test_the_model_knows_which_names_hold_a_keras_model(tmp_path):
     """`holds_a_model`: built here or by a function of another module, handed to a trainer's
     constructor, `self` in a Model subclass, `self.model` in a callback; unknown is False."""
