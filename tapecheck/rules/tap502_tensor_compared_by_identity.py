@@ -175,13 +175,12 @@ def _made_by_op(model, expr, site) -> str:
 
 
 def _singleton(expr) -> str:
-    """`True`, `False` or a number written as the other operand, as written; else ""."""
+    """`True`, `False` or an integer written as the other operand, as written; else "". (A float,
+    `x is 1.0`, is left out: the screen looks for a digit after `is`, and `.5` starts with a dot.)"""
     if expr is None or expr.kind not in ("name", "constant"):
         return ""
     value = expr.value
-    if isinstance(value, bool) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        return repr(value)
-    return ""
+    return repr(value) if isinstance(value, int) else ""
 
 
 def check(facts):
