@@ -53,14 +53,11 @@ def metric_bindings(facts) -> dict[str, list]:
     return found
 
 
-# `loss=` given something not a string (a string names a Keras loss: nothing to read), or a
-# second positional argument of `compile` that is a name.
+# `loss=` given something not a string (a string names a Keras loss: nothing to read).
 # Searched without its leading `\\b` (a pattern that starts with a literal is found at memchr
 # speed; `\\b` first made `re` try every byte: 0.30 s on tensorflow+keras, now 0.03 s), then
 # each match's preceding byte is checked.
 LOSS_VALUE = re.compile(rb"loss[ \t]*=[ \t\\\n]*[^\s\"'#]")
-POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_]")
-COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
 
 
 # What may lie between two tokens, for the screens: spaces, tabs, form feeds, line breaks,
@@ -78,6 +75,9 @@ _GAP = token_gap()
 # `.map(` of a `tf.data` dataset (the method `dataset_map` asks for): gap between the tokens, and
 # brackets closing before the call (`(ds.map)(f)`).
 MAP_CALL = re.compile(rb"\." + _GAP + rb"map" + token_gap(rb")") + rb"\(")
+# `.compile(`, and `.compile(optimizer, loss)` with a name second (token gap between the tokens).
+COMPILE_CALL = re.compile(rb"\." + _GAP + rb"compile" + token_gap(rb")") + rb"\(")
+POSITIONAL_LOSS = re.compile(rb"\." + _GAP + rb"compile" + token_gap(rb")") + rb"\([^,()]*," + _GAP + rb"[A-Za-z_]")
 
 
 def calls_map_method(source: bytes) -> bool:
