@@ -34,6 +34,18 @@ def test_string_literals_equal_libcst_evaluated_values():
     assert compared > 200
 
 
+TRICKY_FLOATS = ["0.9", "1e-3", "1E+2", "1_0.5", "1.", ".5", "0.0", "3.14_15", "1_000.0e-1_0"]
+
+
+def test_float_literals_equal_their_python_values():
+    """A float keeps its value (`SGD(momentum=0.9)`: TAP409 reads whether it is 0)."""
+    for text in TRICKY_FLOATS:
+        node = cst.parse_expression(text)
+        assert node.__class__ is cst.Float
+        value = literal(node)
+        assert type(value) is float and value == node.evaluated_value == float(eval(text)), text
+
+
 def test_the_fast_walk_visits_each_child_field_once():
     import libcst as cst
 

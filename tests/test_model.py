@@ -250,6 +250,37 @@ def test_a_tape_handed_to_a_helper_of_another_module_that_asks_it_in_a_loop(tmp_
     assert "in the loop at line 3 of helpers.py, in `per_task` (line 4 of helpers.py)" in finding.message
 
 
+@pytest.mark.parametrize("layout", ["through-a-local-helper", "through-a-third-module"])
+def test_each_line_of_a_handed_tape_message_names_its_own_file(tmp_path, layout):
+    """The gradient is asked in helpers.py, reached through a helper of train.py or of a third
+    module: "line 4" is helpers.py's, and says so (it said "line 4", and "line 4 of middle.py")."""
+    from tapecheck.lint import lint_paths
+
+    (tmp_path / "helpers.py").write_text(textwrap.dedent("""\
+        def per_task(tape, losses, variables):
+            grads = []
+            for loss in losses:
+                grads.append(tape.gradient(loss, variables))
+            return grads
+        """))
+    (tmp_path / "middle.py").write_text("from helpers import per_task\n\n\ndef middle(tape, losses, variables):\n"
+                                        "    return per_task(tape, losses, variables)\n")
+    head = ("from helpers import per_task\n\n\ndef middle(tape, losses, variables):\n    return per_task(tape, losses, variables)\n"
+            if layout == "through-a-local-helper" else "from middle import middle\n\n\n\n\n")
+    (tmp_path / "train.py").write_text("import tensorflow as tf\n" + head + textwrap.dedent("""\
+        def step(model, x, ys):
+            with tf.GradientTape() as tape:
+                losses = [tf.reduce_mean(o - y) for o, y in zip(model(x, training=True), ys)]
+            return middle(tape, losses, model.trainable_variables)
+        """))
+    (finding,) = lint_paths([str(tmp_path / "train.py")], jobs=1).findings
+    assert (finding.code, finding.line) == ("TAP201", 10)
+    asked = "in the loop at line 3 of helpers.py, in `per_task` (line 4 of helpers.py)"
+    if layout == "through-a-local-helper":
+        asked += ", called from `middle` (line 6);"  # line 6 of train.py: `return per_task(...)`
+    assert asked in finding.message
+
+
 def test_the_model_knows_which_names_hold_a_keras_model(tmp_path):
     """`holds_a_model`: built here or by a function of another module, handed to a trainer's
     constructor, `self` in a Model subclass, `self.model` in a callback; unknown is False."""
@@ -688,3 +719,89 @@ def test_a_sum_keeps_its_operands_two_levels_deep():
     assert [o.text for o in left.operands] == ["encoder.trainable_variables", "decoder.trainable_variables"]
     assert right.kind == "list" and [e.text for e in right.elements] == ["scale"]
     assert left.operands[0].operands == ()  # a name: nothing below it
+
+
+OPT_MODULE = """\
+import tensorflow as tf
+class Opt(tf.keras.optimizers.SGD):
+    def __init__(self):
+        super().__init__(0.1)
+        self.scale = 2.0
+    def apply_gradients(self, *pairs):
+        return super().apply_gradients(pairs)
+"""
+TRAIN_MODULE = """\
+import tensorflow as tf
+from opt import Opt
+class Other(tf.Module):
+    def __init__(self):
+        self.rate = 1
+    def run(self):
+        return 1
+opt = Opt()
+other = Other()
+"""
+
+
+def test_questions_about_a_class_of_another_file_are_answered_by_its_own_file(tmp_path):
+    """A block id means something only within its file: the imported `Opt` and the local `Other`
+    are both block 1. Handed to this file's model, `Opt`'s block gets `Opt`'s answers, not `Other`'s
+    (the questions read classes by id, and remembered answers by id)."""
+    from tapecheck.lint.engine import read_source
+
+    (tmp_path / "opt.py").write_text(OPT_MODULE, encoding="utf-8")
+    (tmp_path / "train.py").write_text(TRAIN_MODULE, encoding="utf-8")
+    path = str(tmp_path / "train.py")
+    m = model_of(_facts(read_source(path), path))
+    made = {c.func.text: c for c in m.facts.calls if c.func.text in ("Opt", "Other")}
+    opt, other = (m.binding(name, made[name].site) for name in ("Opt", "Other"))
+    assert isinstance(opt, Klass) and opt.model is not m and other.model is m
+    assert opt.block.id == other.block.id  # the collision this is about
+    # the local class first: its answers must not be handed back for the other file's block
+    assert [f.name for f in m.methods(other.block)] == ["__init__", "run"]
+    assert m.base_names(other.block) == ("tensorflow.Module",)
+    assert [a.target for a, _ in m.attribute_assigns(other.block, "rate")] == ["self.rate"]
+    assert [f.name for f in m.methods(opt.block)] == ["__init__", "apply_gradients"]
+    assert m.method_of_block(opt.block, "apply_gradients") is opt.model.method(opt, "apply_gradients") is not None
+    assert m.method_of_block(opt.block, "run") is None
+    assert [b.name for b in m.bases(opt.block)] == ["Opt"]
+    assert m.base_names(opt.block) == ("tensorflow.keras.optimizers.SGD",)
+    assert m.is_keras(opt.block, "optimizers") and not m.is_keras(other.block, "optimizers")
+    assert [a.target for a, _ in m.attribute_assigns(opt.block, "scale")] == ["self.scale"]
+    assert m.attribute_assigns(opt.block, "rate") == [] and m.instances_made(opt.block) == []
+
+
+def test_arguments_are_mapped_to_parameters_by_position_or_keyword_not_by_span():
+    """An argument holding nothing to track (`3`, `[1]`) has an empty order span, ending where
+    its neighbour's ends: mapped by that end it took its neighbour's parameter (or the callee's),
+    and `arguments_for` answered None (unknown) for its own."""
+    m = model("""
+        def scale(a, b):
+            return a * b
+        def pad(a, c=None):
+            return a
+        class Net:
+            def run(self, a, b):
+                return a + b
+        def step(x, y):
+            scale(x, 3)
+            scale(2, y)
+            pad(x, c=[1])
+            net = Net()
+            net.run(x, 5)
+    """)
+    fns = {fn.name: fn for fn in m.functions.values()}
+
+    def passed(fn, param):
+        found = m.arguments_for(fns[fn], param)
+        return None if found is None else [(call.site.line, value.kind, value.text or value.value) for call, value in found]
+
+    assert passed("scale", "a") == [(10, "name", "x"), (11, "constant", 2)]
+    assert passed("scale", "b") == [(10, "constant", 3), (11, "name", "y")]
+    assert passed("pad", "c") == [(12, "list", None)]
+    assert passed("run", "b") == [(14, "constant", 5)]
+    for call in m.facts.calls:
+        if call.func.text in ("scale", "pad", "net.run"):
+            fn = fns[call.func.text.rpartition(".")[2]]
+            expected = {"scale": ["a", "b"], "pad": ["a", "c"], "run": ["a", "b"]}[fn.name]
+            assert [m.parameter_of(call, fn, key) for key, _, _ in call.arg_spans] == expected

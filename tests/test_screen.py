@@ -81,6 +81,49 @@ SPELLINGS = {
         "def norms(values):\n    squares = map(lambda v: v * v, values)\n    total = sum(squares)\n"
         "    return total, max(squares)\n"
     ),
+    # lone `\r` line breaks (Python and libcst take them): a comment ends at the `\r`
+    "TAP501-cr-commented-map": (
+        "import numpy as np\rimport tensorflow as tf\rdef augment(image):\r    return image + np.random.normal(0.0, 0.1)\r"
+        "ds = tf.data.Dataset.from_tensor_slices(images)\rds = (ds.map  # each element\r      )(augment)\r"
+    ),
+    "TAP501-cr-commented-function": "import tensorflow as tf\r@(tf.  # traced\r  function)" + SIDE_EFFECT_BODY.replace("\n", "\r"),
+    "TAP402-cr-commented-decorator": (
+        "import keras\rimport tensorflow as tf\r@(  # traced\r    tf.function)\rdef predict(x):\r"
+        "    return keras.layers.Dense(4)(x)\r"
+    ),
+    "TAP407-cr-commented-zip": (
+        "def step(opt, grads, variables):\r    pairs = (zip  # pairs\r    )(grads, variables)\r"
+        "    kept = [(g, v) for g, v in pairs if g is not None]\r    opt.apply(kept)\r"
+        "    return [v for _, v in pairs]\r"
+    ),
+    # a comment between the tokens a screen looks for, or brackets closing before the call
+    "TAP301-commented-read": (
+        "import tensorflow as tf\nacc = tf.keras.metrics.Mean()\nfor epoch in range(3):\n"
+        "    for x in data:\n        acc.update_state(x)\n    print((acc.  # the running mean\n        result()))\n"
+    ),
+    "TAP403-commented-flag": (
+        "import keras\nmodel = keras.Sequential([keras.layers.Dense(4), keras.layers.Dropout(0.5)])\n"
+        "def val_step(x):\n    return model(x, training=  # on purpose?\n                 True)\n"
+    ),
+    "TAP107-bracketed-variable": (
+        "import tensorflow as tf\nclass Linear(tf.keras.layers.Layer):\n    def __init__(self, units=4, input_dim=2):\n"
+        "        super().__init__()\n        self.w = (tf.Variable)(tf.random.normal((input_dim, units)))\n"
+        "    def call(self, x):\n        return tf.matmul(x, self.w)\n"
+    ),
+    "TAP107-commented-variable": (
+        "import tensorflow as tf\nclass Linear(tf.keras.layers.Layer):\n    def __init__(self, units=4, input_dim=2):\n"
+        "        super().__init__()\n        self.w = (tf.Variable  # the weights\n            (tf.random.normal((input_dim, units))))\n"
+        "    def call(self, x):\n        return tf.matmul(x, self.w)\n"
+    ),
+    "TAP302-commented-lr": "import tensorflow as tf\nopt = tf.keras.optimizers.Adam(1e-3)\nprint((opt.  # the rate\n    lr))\n",
+    "TAP404-commented-apply": (
+        "import tensorflow as tf\nclass GANTrainer:\n    def __init__(self, make_gen, make_disc):\n"
+        "        self.gen = make_gen()\n        self.disc = make_disc()\n        self.optimizer = tf.keras.optimizers.Adam(2e-4)\n"
+        "    def disc_step(self, grads):\n        (self.optimizer  # shared\n            .apply)(grads, self.disc.trainable_variables)\n"
+        "    def gen_step(self, grads):\n        (self.optimizer.  # the same one\n            apply)(grads, self.gen.trainable_variables)\n"
+        "    def train(self, batches):\n        for d_grads, g_grads in batches:\n            self.disc_step(d_grads)\n"
+        "            self.gen_step(g_grads)\n"
+    ),
     "TAP403-spaced-flag": (
         "import keras\nmodel = keras.Sequential([keras.layers.Dense(4), keras.layers.Dropout(0.5)])\n"
         "def val_step(x):\n    return model(x, training = True)\n"
@@ -125,6 +168,16 @@ NOT_ENOUGH = {
     # a method `map`, words holding `zip` and `filter`, no call of the builtins
     "TAP407": b"import gzip\nfilters = 3\nbitmap = zipfile.ZipFile(x)\nds = ds.map(f).filter(g)\nunzip(x)\n",
 }
+
+
+@pytest.mark.parametrize("source", [
+    b"model.  # the net\n    compile(optimizer, my_loss)\n", b"(model.compile)  (opt, \\\n  focal)\n",
+    b"model.compile(optimizer,  # then the loss\n    my_loss)\n",
+])
+def test_the_compiled_loss_screen_reads_the_call_across_token_gaps(source):
+    from tapecheck.rules._common import compiles_a_loss
+
+    assert compiles_a_loss(source)
 
 
 @pytest.mark.parametrize("code", sorted(NOT_ENOUGH))

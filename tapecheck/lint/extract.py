@@ -46,11 +46,15 @@ def dotted_name(node: cst.BaseExpression) -> str:
 
 
 def literal(node: cst.BaseExpression):
-    """The value of a literal True/False/None/number, else a sentinel."""
+    """The value of a literal True/False/None/number/string, else a sentinel. An integer written
+    other than in decimal digits (`0x10`, `1_000`) is kept as its text; a float (`0.9`, `1e-3`,
+    `1_0.5`) as its value."""
     if node.__class__ is cst.Name and node.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[node.value]
     if node.__class__ is cst.Integer:
         return int(node.value.replace("_", ""), 0) if node.value.isdigit() else node.value
+    if node.__class__ is cst.Float:
+        return float(node.value.replace("_", ""))
     if node.__class__ is cst.SimpleString:
         prefix, raw = node.prefix.lower(), node.raw_value
         if prefix in ("", "u", "r") and "\r" not in raw and ("\\" not in raw or prefix == "r"):

@@ -33,7 +33,7 @@ from tapecheck.model.flow import Tracer
 from tapecheck.model.keras import (
     KERAS_ROOTS, TF_FUNCTIONS, VARIABLE_CLASSES, WEIGHT_METHODS, is_keras_class, keras_member,
 )
-from tapecheck.model.objects import Function, Instance, Klass
+from tapecheck.model.objects import Function, Instance, Klass, line_at
 from tapecheck.model.program import ProgramModel, load_module, model_of, spans_of
 from tapecheck.model.project import LIBRARIES, dependencies
 from tapecheck.model.queries import (
@@ -45,6 +45,6 @@ __all__ = [
     "GRADIENT_METHODS", "KERAS_ROOTS", "LIBRARIES", "METADATA_CALLS", "MODEL_CLASSES", "SAME_LIST", "STRATEGIES",
     "TF_FUNCTIONS", "VARIABLE_CLASSES", "WEIGHT_METHODS", "Expr", "Function", "Instance", "Klass", "ProgramModel",
     "Tracer", "all_calls", "builds_variables", "call_span", "callee_of", "dataset_map", "dependencies", "distributes",
-    "is_keras_class", "is_metadata", "keras_member", "load_module", "makes_keras_model", "makes_strategy",
+    "is_keras_class", "is_metadata", "keras_member", "line_at", "load_module", "makes_keras_model", "makes_strategy",
     "mapped_function", "mapped_functions", "method_of", "model_of", "prefixes", "spans_of", "strategy_steps", "variable_owner", "within",
 ]

@@ -409,6 +409,9 @@ class Bindings:
 
     def attribute_assigns(self, klass: Block, attribute: str) -> list:
         """Every `self.<attribute> = ...` in the methods of `klass` and its local bases, with the method."""
+        owner = self.owner_of(klass)
+        if owner is not self:
+            return owner.attribute_assigns(klass, attribute) if owner is not None else []
         key = (klass.id, attribute)
         found = self._attribute_assigns.get(key)
         if found is None:
@@ -427,6 +430,9 @@ class Bindings:
         in each branch (`if use_bias: self.b = tf.Variable(...)` / `else: self.b = []`), the way
         `assigns_on_every_path` answers for a name. Empty when another method sets it too (a
         `build` that makes it later), when a path may leave it unbound, or it is bound in a loop."""
+        owner = self.owner_of(klass)
+        if owner is not self:
+            return owner.attribute_on_each_path(klass, attribute) if owner is not None else []
         found = self.attribute_assigns(klass, attribute)
         if not found or len({fn.block.id for _, fn in found}) != 1:
             return []
@@ -440,6 +446,9 @@ class Bindings:
 
     def attribute(self, klass: Block, attribute: str, depth: int = 0):
         """What `self.<attribute>` holds in every method of `klass`: one value, or None."""
+        owner = self.owner_of(klass)
+        if owner is not self:
+            return owner.attribute(klass, attribute, depth) if owner is not None else None
         key = (klass.id, attribute)
         if key in self._attributes:
             return self._attributes[key]

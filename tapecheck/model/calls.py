@@ -47,21 +47,32 @@ class Calls:
         """The parameter of `fn` that receives the event at `order` of `call`; None: unknown.
 
         "" when the event is the called thing itself and `fn` takes no `self` for it."""
-        bound_by_call = fn.bound and (
-            call.func.kind in ("attribute", "super")
-            or isinstance(self.binding(call.func.text, call.site), (Instance, Klass))  # `Net(x)` runs `__init__(self, x)`
-        )
         if order <= call.first_arg:
-            return fn.self_name if bound_by_call else ""
-        positional = fn.params[1:] if bound_by_call else fn.params
+            return fn.self_name if self._bound_by_call(call, fn) else ""
         for key, start, end in call.arg_spans:
             if start < order <= end:
-                if key == -1:
-                    return None
-                if isinstance(key, str):
-                    return key if key in fn.params else None
-                return positional[key] if key < len(positional) else None
+                return self.parameter_of(call, fn, key)
         return None
+
+    def parameter_of(self, call: Call, fn: Function, key: int | str) -> str | None:
+        """The parameter of `fn` that receives the argument of `call` at `key` (a position or a
+        keyword of `call.arg_spans`); None: unknown (`*args`, no such parameter). By key, not by an
+        order in its span: an argument without events (`1.0`, `[]`) has an empty span, whose end is
+        its neighbour's."""
+        if key == -1:
+            return None
+        if isinstance(key, str):
+            return key if key in fn.params else None
+        positional = fn.params[1:] if self._bound_by_call(call, fn) else fn.params
+        return positional[key] if key < len(positional) else None
+
+    def _bound_by_call(self, call: Call, fn: Function) -> bool:
+        """Whether the call hands `fn` its `self` (`x.method(...)`, `super().m(...)`, `Net(x)` runs
+        `__init__(self, x)`): then the positions start at its second parameter."""
+        return fn.bound and (
+            call.func.kind in ("attribute", "super")
+            or isinstance(self.binding(call.func.text, call.site), (Instance, Klass))
+        )
 
     def callers(self, fn: Function):
         """The calls of this file that run `fn`."""
@@ -108,8 +119,8 @@ class Calls:
         found = []
         for call in calls:
             value = None
-            for key, _, end in call.arg_spans:
-                if key != -1 and self.parameter(call, fn, end) == param:
+            for key, _, _ in call.arg_spans:
+                if self.parameter_of(call, fn, key) == param:
                     value = call.passed(key)
                     break
             if value is None:

@@ -115,7 +115,11 @@ class KerasKinds:
         return index.get(dotted)
 
     def bases(self, klass: Block, depth: int = 0):
-        """`klass` and its local base classes, nearest first."""
+        """`klass` and its local base classes (of its own file), nearest first."""
+        owner = self.owner_of(klass)
+        if owner is not self:
+            yield from owner.bases(klass, depth) if owner is not None else (klass,)
+            return
         yield klass
         if depth > MAX_ALIAS_DEPTH:
             return
@@ -130,6 +134,9 @@ class KerasKinds:
 
     def methods(self, klass: Block) -> list[Function]:
         """The functions defined in the body of `klass` (not its bases'), in source order."""
+        owner = self.owner_of(klass)
+        if owner is not self:
+            return owner.methods(klass) if owner is not None else []
         if self._methods is None:
             self._methods = {}
             for fn in self.functions.values():
@@ -138,6 +145,10 @@ class KerasKinds:
         return self._methods.get(klass.id, [])
 
     def method_of_block(self, klass: Block, name: str) -> Function | None:
+        """The method `name` of the class `klass` (of any file), found in it or its local bases."""
+        owner = self.owner_of(klass)
+        if owner is not self:
+            return owner.method_of_block(klass, name) if owner is not None else None
         key = ("method of block", id(klass), name)  # the block held in the value: its id stays its own
         known = self.memo.get(key)
         if known is not None:
@@ -153,6 +164,9 @@ class KerasKinds:
     def base_names(self, klass: Block) -> tuple[str, ...]:
         """The bases of `klass` as written and, for a base bound by assignment at module level
         (`Wrapper = keras.layers.Wrapper` after `keras = tf.keras`), what it names."""
+        owner = self.owner_of(klass)
+        if owner is not self:
+            return owner.base_names(klass) if owner is not None else tuple(klass.bases)
         key = ("base names", klass.id)
         found = self.memo.get(key)
         if found is None:
@@ -228,7 +242,10 @@ class KerasKinds:
 
     def instances_made(self, klass: Block) -> list[Call]:
         """The calls of this file that make an instance of `klass` or of a class of this file deriving
-        from it (`Trainer(...)`, `GAN(generator=g)`), in source order."""
+        from it (`Trainer(...)`, `GAN(generator=g)`), in source order. Empty for a class of
+        another file (no class of this file derives from it: `bases` are local)."""
+        if self.owner_of(klass) is not self:
+            return []
         key = ("instances made", klass.id)
         found = self.memo.get(key)
         if found is None:
@@ -461,6 +478,9 @@ class KerasKinds:
     def class_state(self, klass: Block, depth: int = 0) -> str:
         """What state an instance of the Keras layer or model class `klass` of this file holds once
         made and called: what its `__init__` and `build` (of it or its local bases) make."""
+        owner = self.owner_of(klass)
+        if owner is not self:
+            return owner.class_state(klass, depth) if owner is not None else ""
         key = ("class state", klass.id)
         known = self.memo.get(key)
         if known is None:
@@ -486,6 +506,9 @@ class KerasKinds:
         `super().build(...)`, `self.setup()`: it may be built there). False when unknown. Measured
         on Keras 3.15: such a model's `trainable_variables` is `[]` until its first call, and only
         what `keras.Input` built is there."""
+        owner = self.owner_of(klass)
+        if owner is not self:
+            return owner.builds_lazily(klass, depth) if owner is not None else False
         key = ("builds lazily", klass.id)
         known = self.memo.get(key)
         if known is None:

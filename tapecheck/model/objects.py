@@ -34,18 +34,28 @@ class Cut:
     def path(self, reporting: str = "") -> str:
         """"`loss_fn` (called at line 31), then `weighted` (called at line 12)"; lines of other files name them."""
         return ", then ".join(
-            f"`{name}` (called at {where(file, line, reporting)})" for name, line, file in self.calls
+            f"`{name}` (called at {line_at(file, line, reporting)})" for name, line, file in self.calls
         )
 
     def at(self, reporting: str = "") -> str:
-        return where(self.file, self.site.line, reporting)
+        return line_at(self.file, self.site.line, reporting)
 
 
-def where(file: str, line: int, reporting: str) -> str:
-    """"line 9", or "line 9 of losses.py" for a line of another file."""
+def line_at(file: str, line: int, reporting: str) -> str:
+    """A line as every message names it: "line 9" for a line of the file reporting (`reporting`;
+    `file` "" or `reporting` "" say it is that file), "line 9 of losses.py" for one of another."""
     if not file or os.path.abspath(file) == os.path.abspath(reporting or file):
         return f"line {line}"
     return f"line {line} of {os.path.basename(file)}"
+
+
+def told(repeated: tuple[str, int, str] | None, reporting: str) -> str:
+    """A `Summary.repeated` for a message of `reporting`: "in a comprehension", "in the loop at
+    line 5 (of losses.py)"; "" for None."""
+    if not repeated:
+        return ""
+    what, line, file = repeated
+    return f"{what} {line_at(file, line, reporting)}" if line else what
 
 
 class Flow:
@@ -151,26 +161,30 @@ class TapeUse:
     function that asks it for gradients (`path`: the calls to that `gradient`, outermost first)."""
 
     call: Call
-    path: tuple[tuple[str, int], ...] = ()  # (function, line of the call it makes next)
-    file: str = ""  # set when the `gradient` call is in another file
+    path: tuple[tuple[str, int, str], ...] = ()  # (function, line of the call it makes next, its file)
+    file: str = ""  # set when the function the tape is handed to is in another file
     repeated: str = ""  # how one such call asks the tape more than once ("in the loop at line 5 of losses.py")
+    reporting: str = ""  # the file of `call`
 
     def where(self) -> str:
         """"in `apply_grads` (line 9)", with the functions between when there are (`gradient` asked in
-        `_grads`, reached through `_clipped`); "" for a direct call. Lines of other files name them."""
+        `_grads`, reached through `_clipped`) and the tape is handed to a function of this file; ""
+        for a direct call. Lines of other files name them."""
         if not self.path:
             return ""
-        function, line = self.path[-1]
-        place = f"line {line}" + (f" of {os.path.basename(self.file)}" if self.file else "")
-        between = "" if self.file else ", ".join(f"`{name}` (line {at})" for name, at in self.path[:-1])
-        return f"in `{function}` ({place})" + (f", called from {between}" if between else "")
+        function, line, file = self.path[-1]
+        between = "" if self.file else ", ".join(
+            f"`{name}` ({line_at(at_file, at, self.reporting)})" for name, at, at_file in self.path[:-1])
+        return f"in `{function}` ({line_at(file, line, self.reporting)})" + (f", called from {between}" if between else "")
 
 
 @dataclass(slots=True)
 class Summary:
     returns: Flow = field(default_factory=Flow)  # origins: parameter names
     creates: list[Creation] = field(default_factory=list)
-    # parameter -> the calls down to a `gradient` asked of it on every call (a tape handed in)
-    gradients: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
-    # parameter -> how one call asks it for gradients more than once ("in the loop at line 5")
-    repeated: dict[str, str] = field(default_factory=dict)
+    # parameter -> the calls down to a `gradient` asked of it on every call (a tape handed in):
+    # (function, line of the call it makes next, the file of that line)
+    gradients: dict[str, tuple[tuple[str, int, str], ...]] = field(default_factory=dict)
+    # parameter -> how one call asks it for gradients more than once: ("in the loop at", its line,
+    # its file) or ("in a comprehension", 0, ""); `told` words it for a message
+    repeated: dict[str, tuple[str, int, str]] = field(default_factory=dict)

@@ -111,6 +111,21 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
             found = self._loops_around[site.block] = self.facts.loops_between(None, site)
         return found
 
+    def owner_of(self, block: Block) -> "ProgramModel | None":
+        """The model of the file `block` is of: this one, or that of a project file this process
+        loaded (`load_module`); None when no model held now has it. A block's id means something
+        only within its own file, so a question about a class (its methods, bases, attributes)
+        is asked of the model of its file, whichever model it was handed to."""
+        blocks = self.facts.blocks
+        if block.id < len(blocks) and blocks[block.id] is block:
+            return self
+        for _, other in list(_modules.values()):
+            if other is not None and other is not self:
+                blocks = other.facts.blocks
+                if block.id < len(blocks) and blocks[block.id] is block:
+                    return other
+        return None
+
     def sums_in(self, span: tuple[int, int]) -> list:
         """The sums (their terms' order spans) whose first term starts within an order span."""
         if self._sum_starts is None:

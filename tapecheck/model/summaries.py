@@ -8,7 +8,6 @@ unknown is silent.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 from tapecheck.lint.facts import GRADIENT_METHODS, Call
@@ -94,27 +93,28 @@ class Summaries:
         """Note in `summary` a `gradient` asked of a parameter of `fn` by `call`, directly or by a
         callee, and whether one call of `fn` asks it more than once (in a loop or a comprehension)."""
         if call.method in GRADIENT_METHODS and call.receiver in fn.params:
-            summary.gradients.setdefault(call.receiver, ((fn.qualname, call.site.line),))
+            summary.gradients.setdefault(call.receiver, ((fn.qualname, call.site.line, self.facts.path),))
             repeats = self._repeats(call)
             if repeats:
                 summary.repeated.setdefault(call.receiver, repeats)
             return
         for param, path, _, repeated in self.handed_tapes(call, set(fn.params)):
-            summary.gradients.setdefault(param, ((fn.qualname, call.site.line), *path))
+            summary.gradients.setdefault(param, ((fn.qualname, call.site.line, self.facts.path), *path))
             repeats = repeated or self._repeats(call)
             if repeats:
                 summary.repeated.setdefault(param, repeats)
 
-    def _repeats(self, call: Call) -> str:
-        """"in a comprehension" / "in the loop at line 7" when `call` may run more than
-        once per call of its function; "" otherwise (a loop it leaves right after, by `return`/`break`)."""
+    def _repeats(self, call: Call) -> tuple[str, int, str] | None:
+        """("in a comprehension", 0, "") / ("in the loop at", its line, this file) when `call` may
+        run more than once per call of its function (`Summary.repeated`); None otherwise (a loop it
+        leaves right after, by `return`/`break`)."""
         facts = self.facts
         if self.repeats_in_comprehension(call.site):
-            return "in a comprehension"
+            return ("in a comprehension", 0, "")
         loops = facts.loops_between(None, call.site)
         if not loops or facts.exits_after(call.site):
-            return ""
-        return f"in the loop at line {facts.blocks[loops[0]].line}"
+            return None
+        return ("in the loop at", facts.blocks[loops[0]].line, facts.path)
 
     def handed_tapes(self, call: Call, names):
         """(name, path, file, repeated) for each of `names` that `call` hands, as a plain argument, to
@@ -122,7 +122,7 @@ class Summaries:
         if not names or not call.args and not call.keywords:
             return
         callee = None
-        for key, _, end in call.arg_spans:
+        for key, _, _ in call.arg_spans:
             value = call.passed(key)
             if value is None or value.kind != "name" or value.text not in names:
                 continue
@@ -133,12 +133,10 @@ class Summaries:
                 inner = self.summary(callee)
                 if inner is None or not inner.gradients:
                     return
-            param = self.parameter(call, callee, end)
+            param = self.parameter_of(call, callee, key)
             path = inner.gradients.get(param) if param else None
             if path:
-                repeated = inner.repeated.get(param, "")
-                if callee.model is not self and "line" in repeated and " of " not in repeated:
-                    repeated += f" of {os.path.basename(callee.model.facts.path)}"  # a line of that file
+                repeated = inner.repeated.get(param)
                 yield value.text, path, callee.model.facts.path if callee.model is not self else "", repeated
 
     def lambda_layer_cut(self, call: Call) -> Cut | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tapecheck.lint.facts import GRADIENT_METHODS, Call, Site
 from tapecheck.model.flow import Tracer
-from tapecheck.model.objects import Flow, TapeUse
+from tapecheck.model.objects import Flow, TapeUse, told
 from tapecheck.model.ops import GUARD_BLOCKS
 from tapecheck.model.queries import call_span, variable_owner, variables_owner
 
@@ -30,7 +30,7 @@ class Tapes:
                 if facts.tape_for(tape.name, call.site) is not tape:
                     continue
                 for _, path, file, repeated in self.handed_tapes(call, {tape.name}):
-                    uses.append(TapeUse(call, path, file, repeated))
+                    uses.append(TapeUse(call, path, file, told(repeated, facts.path), facts.path))
                     break
         return sorted(uses, key=lambda use: use.call.site.order)
 

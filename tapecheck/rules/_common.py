@@ -61,19 +61,31 @@ def _metric_bindings(facts, model) -> dict[str, list]:
     return found
 
 
-# `loss=` given something not a string (a string names a Keras loss: nothing to read), or a
-# second positional argument of `compile` that is a name.
+# `loss=` given something not a string (a string names a Keras loss: nothing to read).
 # Searched without its leading `\\b` (a pattern that starts with a literal is found at memchr
 # speed; `\\b` first made `re` try every byte: 0.30 s on tensorflow+keras, now 0.03 s), then
 # each match's preceding byte is checked.
 LOSS_VALUE = re.compile(rb"loss[ \t]*=[ \t\\\n]*[^\s\"'#]")
-POSITIONAL_LOSS = re.compile(rb"\.[\s\\]*compile[\s\\]*\([^,()]*,[\s\\]*[A-Za-z_]")
-COMPILE_CALL = re.compile(rb"\.[\s\\]*compile[\s\\]*\(")
 
 
-# `.map(` of a `tf.data` dataset (the method `dataset_map` asks for): spaces, continuations and
-# comments between the tokens, and brackets closing before the call (`(ds.map)(f)`).
-MAP_CALL = re.compile(rb"\.(?:[\s\\]|#[^\n]*\n)*map(?:[\s\\)]|#[^\n]*\n)*\(")
+# What may lie between two tokens, for the screens: spaces, tabs, form feeds, line breaks,
+# backslash continuations and comments (a comment ends at `\r` or `\n`: Python and libcst take a
+# lone `\r` for a line break). `token_gap(b")")` also lets brackets close (`(ds.map)(f)`). A comment
+# starts with `#`, which no other branch takes, so a run of gap is read one way only: no
+# backtracking blow-up on a line of `#`s. `\v` is left out: Python rejects it between tokens.
+def token_gap(brackets: bytes = b"") -> bytes:
+    """The pattern of a run of token gap (see above), with `brackets` (`(`, `)`) allowed in it."""
+    return rb"(?:[ \t\f\r\n\\" + brackets + rb"]|#[^\r\n]*[\r\n])*"
+
+
+_GAP = token_gap()
+
+# `.map(` of a `tf.data` dataset (the method `dataset_map` asks for): gap between the tokens, and
+# brackets closing before the call (`(ds.map)(f)`).
+MAP_CALL = re.compile(rb"\." + _GAP + rb"map" + token_gap(rb")") + rb"\(")
+# `.compile(`, and `.compile(optimizer, loss)` with a name second (token gap between the tokens).
+COMPILE_CALL = re.compile(rb"\." + _GAP + rb"compile" + token_gap(rb")") + rb"\(")
+POSITIONAL_LOSS = re.compile(rb"\." + _GAP + rb"compile" + token_gap(rb")") + rb"\([^,()]*," + _GAP + rb"[A-Za-z_]")
 
 
 def calls_map_method(source: bytes) -> bool:
@@ -115,12 +127,11 @@ def _loss_keyword(source: bytes) -> bool:
 # tensorflow import compat`, `import os, tensorflow.compat.v2 as tf2`), and, for `tf`, a star import
 # or a `from project import tf` (the facts take either `tf` for TensorFlow). Every search starts
 # with a literal.
-DOT_FUNCTION = re.compile(rb"\.(?:[ \t\f\r\n\\]|#[^\n]*\n)*function(?![\w\x80-\xff])")
+DOT_FUNCTION = re.compile(rb"\." + _GAP + rb"function(?![\w\x80-\xff])")
 IMPORT_STATEMENT = re.compile(rb"import[ \t\f\\]*(\([^)]*\)|(?:[^\n\\]|\\\r?\n)*)")
 TF_FUNCTION_TAILS = frozenset({(), (b"v1",), (b"v2",), (b"compat", b"v1"), (b"compat", b"v2")})
 NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_" + bytes(range(0x80, 0x100)))
 NAME = re.compile(rb"[\w\x80-\xff]+")
-_GAP = rb"(?:[ \t\f\r\n\\]|#[^\n]*\n)*"
 TF_MODULE_NAME = rb"tensorflow(?:" + _GAP + rb"\." + _GAP + rb"compat(?:" + _GAP + rb"\." + _GAP + rb"v[12])?)?"
 FROM_TF_MODULE = re.compile(rb"from" + _GAP + TF_MODULE_NAME + _GAP + rb"\Z")
 TF_MODULE_AS = re.compile(TF_MODULE_NAME + rb"(?:" + _GAP + rb"\." + _GAP + rb"function)?" + _GAP + rb"as[ \t\f\r\n\\]+([\w\x80-\xff]+)")
@@ -183,11 +194,11 @@ def _decorates(source: bytes, head: int) -> bool:
         byte = source[index - 1]
         if byte == 0x40:  # "@"
             return True
-        if byte == 0x0A:  # a line break: `@(` on a line above; a comment there would hide the `@`
-            line = source[source.rfind(b"\n", 0, index - 1) + 1:index - 1]
-            if b"#" in line:
+        if byte in b"\n\r":  # a line break: `@(` on a line above; a comment there would hide the `@`
+            start = max(source.rfind(b"\n", 0, index - 1), source.rfind(b"\r", 0, index - 1)) + 1
+            if b"#" in source[start:index - 1]:
                 return True
-        elif byte not in b" \t\f\r\\(":
+        elif byte not in b" \t\f\\(":
             return False
         index -= 1
     return False
@@ -223,7 +234,7 @@ def names_tf_function(source: bytes, decorator: bool = False) -> bool:
 # the name, then brackets closing, spaces, continuations or comments, then `(`. Searched from the
 # literal name; the byte before it is checked (no name character, no `.`).
 BUILTIN_CALLS = {
-    name: re.compile(name + rb"(?:[\s\\)]|#[^\n]*\n)*\(") for name in (b"zip", b"map", b"filter")
+    name: re.compile(name + token_gap(rb")") + rb"\(") for name in (b"zip", b"map", b"filter")
 }
 
 

@@ -83,9 +83,7 @@ linter cannot follow would add them twice.
 
 from __future__ import annotations
 
-import os
-
-from tapecheck.model import Function, Instance, Klass, call_span, method_of, model_of, variable_owner
+from tapecheck.model import Function, Instance, Klass, call_span, line_at, method_of, model_of, variable_owner
 from tapecheck.rules._common import report
 
 CODE = "TAP105"
@@ -503,12 +501,6 @@ def _unknown_helper(pm, tape, root: str, scope: int) -> bool:
     return False
 
 
-def _at(line: int, file: str, here: str) -> str:
-    if os.path.abspath(file) == os.path.abspath(here):
-        return f"line {line}"
-    return f"line {line} of {os.path.basename(file)}"
-
-
 def check(facts):
     pm = model_of(facts)
     applies = {facts.scope_of(c.site) for c in facts.calls if method_of(c) == "apply_gradients"}
@@ -532,7 +524,7 @@ def check(facts):
             line, text, file = found
             yield report(
                 facts, call.site, CODE,
-                f"`{root}` has regularization ({text} at {_at(line, file, facts.path)}), but the loss "
+                f"`{root}` has regularization ({text} at {line_at(file, line, facts.path)}), but the loss "
                 f"`{target.text or 'given'}` differentiated here never adds `{root}.losses`: `fit` would add the "
                 "penalties, this step silently trains without them",
                 HINT, details={"model": root, "regularization_line": line, "file": file},

@@ -71,7 +71,7 @@ import dataclasses
 import re
 
 from tapecheck.model import GRADIENT_METHODS, MODEL_CLASSES, Klass, method_of, model_of
-from tapecheck.rules._common import flatten, is_keras_class, report
+from tapecheck.rules._common import flatten, is_keras_class, report, token_gap
 
 CODE = "TAP107"
 NAME = "untracked-layer-variable"
@@ -85,7 +85,7 @@ HINT = ("Make it with `self.add_weight(shape=..., initializer=...)` (in `build()
         "or as a `keras.Variable(...)`: Keras 3 tracks those.")
 
 
-VARIABLE_CALL = re.compile(rb"Variable[\s\\]*\(")
+VARIABLE_CALL = re.compile(rb"Variable" + token_gap(rb")") + rb"\(")  # `(tf.Variable)(...)`, a comment before `(`
 
 
 def screen(source: bytes) -> bool:

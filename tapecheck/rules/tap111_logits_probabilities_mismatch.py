@@ -82,9 +82,7 @@ project that calls a softmax or sigmoid (it may hand the loss probabilities).
 
 from __future__ import annotations
 
-import os
-
-from tapecheck.model import Function, Klass, keras_member, method_of, model_of
+from tapecheck.model import Function, Klass, keras_member, line_at, method_of, model_of
 from tapecheck.rules._common import report
 
 CODE = "TAP111"
@@ -488,13 +486,6 @@ def _probabilities_given(model, facts, scope, call, argument, events):
     )
 
 
-def _line_of(facts, call, path: str) -> str:
-    """"line 9", or "line 9 of nets.py" for a line of another file."""
-    if os.path.abspath(path) == os.path.abspath(facts.path):
-        return f"line {call.site.line}"
-    return f"line {call.site.line} of {os.path.basename(path)}"
-
-
 def _activates(model, call) -> bool:
     """Whether the trainer `call` makes or runs is code of the project that calls a softmax or a
     sigmoid somewhere (it may hand the loss probabilities, not the model's outputs)."""
@@ -557,7 +548,7 @@ def _handed_together(model, facts, call):
     yield report(
         facts, where, CODE,
         f"{what} expects probabilities (`from_logits` is False), and it is handed to {to}, whose last layer is a "
-        f"`Dense` without activation ({_line_of(facts, dense, path)}): its outputs are logits. Keras reads them as "
+        f"`Dense` without activation ({line_at(path, dense.site.line, facts.path)}): its outputs are logits. Keras reads them as "
         "probabilities clipped to [1e-7, 1 - 1e-7], so every logit outside that range gets no gradient and the "
         "loss is not the cross-entropy of the model's predictions",
         f"Make the loss with `from_logits=True`, or end `{holder}` with a softmax/sigmoid activation.",
@@ -594,7 +585,7 @@ def _linear_output_given(model, facts, scope, call, argument):
     yield report(
         facts, call.site, CODE,
         f"{given} is given to `{_name(call)}`, which expects probabilities (`from_logits` is False), but the last "
-        f"layer of `{runner}` is a `Dense` without activation ({_line_of(facts, dense, path)}): its outputs are "
+        f"layer of `{runner}` is a `Dense` without activation ({line_at(path, dense.site.line, facts.path)}): its outputs are "
         "logits. "
         "Keras reads them as probabilities clipped to [1e-7, 1 - 1e-7], so every logit outside that range gets "
         "no gradient",

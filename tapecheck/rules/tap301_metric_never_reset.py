@@ -73,14 +73,14 @@ import re
 from typing import NamedTuple
 
 from tapecheck.model import model_of
-from tapecheck.rules._common import metric_bindings, report
+from tapecheck.rules._common import metric_bindings, report, token_gap
 
 CODE = "TAP301"
 NAME = "metric-never-reset"
 SUMMARY = "a Keras metric read every epoch is never reset"
 PROBE = True
 FIXABLE = True
-RESULT_READ = re.compile(rb"\.[\s\\]*result\b")  # `m.result`, even split over lines
+RESULT_READ = re.compile(rb"\." + token_gap() + rb"result\b")  # `m.result`, even split over lines or by a comment
 
 
 def screen(source: bytes) -> bool:

@@ -94,7 +94,7 @@ import dataclasses
 import re
 
 from tapecheck.model import model_of
-from tapecheck.rules._common import flatten, is_keras_class, keras_member, metric_bindings, report
+from tapecheck.rules._common import flatten, is_keras_class, keras_member, metric_bindings, report, token_gap
 
 # Its mistake raises an exception: findings inside a test that expects that error
 # (`pytest.raises`, `assertRaises`) are left out, by the rule catalog.
@@ -106,8 +106,8 @@ PROBE = False
 FIXABLE = True
 
 
-LR_KEYWORD = re.compile(rb"\blr\s*=")
-DECAY_KEYWORD = re.compile(rb"\bdecay\s*=")  # not `weight_decay=`, which Keras 3 has
+LR_KEYWORD = re.compile(rb"\blr" + token_gap() + rb"=")
+DECAY_KEYWORD = re.compile(rb"\bdecay" + token_gap() + rb"=")  # not `weight_decay=`, which Keras 3 has
 
 # Each finding says, in `details`, which API it is about and what to report instead for a
 # Keras 2 (tf_keras) project: `details["keras2"]` is None when Keras 2 has the API, else the
@@ -126,9 +126,9 @@ def _with(finding, api: str, keras2: str | None):
 # The methods and the callback reported by name: a file that calls one spells it.
 KERAS_NEEDLES = (b"fit_generator", b"evaluate_generator", b"predict_generator", b"predict_classes",
                  b"predict_proba", b"save_weights", b"load_weights", b"ModelCheckpoint")
-LR_ATTRIBUTE = re.compile(rb"\.[\s\\]*lr\b")  # `opt.lr`, even `opt. lr`
-SAVE_CALL = re.compile(rb"\.[\s\\]*save[\s\\]*\(")
-OPTIMIZER_LIST = re.compile(rb"optimizer[ \t]*=[\s\\]*[\[(]")  # `compile(optimizer=[...])`
+LR_ATTRIBUTE = re.compile(rb"\." + token_gap() + rb"lr\b")  # `opt.lr`, even `opt. lr`, `(opt.  # c\n lr)`
+SAVE_CALL = re.compile(rb"\." + token_gap() + rb"save" + token_gap(rb")") + rb"\(")
+OPTIMIZER_LIST = re.compile(rb"optimizer" + token_gap() + rb"=" + token_gap() + rb"[\[(]")  # `compile(optimizer=[...])`
 
 
 def screen(source: bytes) -> bool:

@@ -99,15 +99,15 @@ from __future__ import annotations
 import re
 
 from tapecheck.model import Instance, model_of
-from tapecheck.rules._common import report
+from tapecheck.rules._common import report, token_gap
 
 CODE = "TAP304"
 NAME = "step-logs-replaced-by-trackers"
 SUMMARY = "a Keras 3 train_step/test_step returning {\"loss\": loss} with no tracker: fit logs 0.0"
 
-# `.fit` / `.evaluate` called as a method: between the dot and the name, any whitespace, line
-# continuations and (inside brackets) comments. Starts with a literal (found at memchr speed).
-RUN_CALL = re.compile(rb"\.(?:[\s\\]|#[^\r\n]*[\r\n])*(?:fit|evaluate)\b")
+# `.fit` / `.evaluate` called as a method: token gap between the dot and the name (spaces, line
+# continuations and, inside brackets, comments). Starts with a literal (found at memchr speed).
+RUN_CALL = re.compile(rb"\." + token_gap() + rb"(?:fit|evaluate)\b")
 
 
 def screen(source: bytes) -> bool:

@@ -76,10 +76,7 @@ the outer one. A class whose state the analysis cannot see (of a library) is not
 
 from __future__ import annotations
 
-
-import os
-
-from tapecheck.model import GRADIENT_METHODS, TF_FUNCTIONS, dataset_map, mapped_functions, method_of, model_of
+from tapecheck.model import GRADIENT_METHODS, TF_FUNCTIONS, dataset_map, line_at, mapped_functions, method_of, model_of
 from tapecheck.rules._common import calls_map_method, compiles_a_loss, defines_call, names_tf_function, report
 
 # Its mistake raises an exception: findings inside a test that expects that error
@@ -607,7 +604,7 @@ def _created_by(facts, model, fn, where, why, reported, call_site):
             continue
         reported.add(site)
         told = why[made.kind] if isinstance(why, dict) else why or WHY[made.kind]
-        at = f"line {made.site.line} of {os.path.basename(file)}" if file else f"line {made.site.line}"
+        at = line_at(file, made.site.line, facts.path)
         if made.calls and not file:
             chain = [fn.qualname] + [name for name, _ in made.calls]
             lines = ", ".join(f"`{caller}` calls `{callee}` at line {line}"

@@ -102,7 +102,7 @@ from tapecheck.model import (
     spans_of,
     variable_owner,
 )
-from tapecheck.rules._common import keras_member, report
+from tapecheck.rules._common import keras_member, report, token_gap
 
 CODE = "TAP403"
 NAME = "missing-training-flag"
@@ -117,7 +117,7 @@ MODE_LAYERS = frozenset(
 )
 MAX_PARAMETER_DEPTH = 3  # a parameter holds what its callers pass: followed this many calls up
 BUILTIN_CALLS = frozenset({"print", "len", "range", "zip", "enumerate", "float", "int", "str", "list", "dict", "tuple", "isinstance"})
-TRAINING_TRUE = re.compile(rb"training\s*=\s*True")
+TRAINING_TRUE = re.compile(rb"training" + token_gap() + rb"=" + token_gap() + rb"True")  # however spaced or commented
 
 
 def screen(source: bytes) -> bool:

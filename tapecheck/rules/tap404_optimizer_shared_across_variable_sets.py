@@ -70,13 +70,13 @@ from bisect import bisect_right
 
 
 from tapecheck.model import SAME_LIST, Function, Klass, distributes, method_of, model_of, variable_owner
-from tapecheck.rules._common import is_keras_class, report
+from tapecheck.rules._common import is_keras_class, report, token_gap
 
 CODE = "TAP404"
 NAME = "optimizer-shared-across-variable-sets"
 SUMMARY = "one optimizer is given two different sets of variables (a GAN's two nets): Keras 3 raises `Unknown variable`"
 PROBE = True
-APPLY = re.compile(rb"\.[\s\\]*apply[\s\\]*\(")
+APPLY = re.compile(rb"\." + token_gap() + rb"apply" + token_gap(rb")") + rb"\(")
 
 
 def screen(source: bytes) -> bool:

@@ -127,6 +127,20 @@ def main(model, x):
     decay = tf.keras.optimizers.SGD(1e-4)
     step(model, decay, x)
 """,
+    # an SGD second whose momentum is 0.0: it makes no momentum variables either
+    """
+import tensorflow as tf
+@tf.function
+def step(model, opt, x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x, training=True))
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+def main(model, x):
+    warmup = tf.keras.optimizers.Adam(1e-3)
+    step(model, warmup, x)
+    plain = tf.keras.optimizers.SGD(1e-4, momentum=0.0)
+    step(model, plain, x)
+""",
     # one optimizer or the other, never both
     """
 import tensorflow as tf
@@ -198,6 +212,20 @@ def main(net, batches):
     for epoch in range(10, 20):
         fit_one_epoch(net, optimizer, batches)  # expect: TAP409
 """,
+    # a warm-up with Adam, then SGD with momentum: its momentum variables are made by the new trace
+    """
+import tensorflow as tf
+@tf.function
+def step(model, opt, x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x, training=True))
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+def main(model, x):
+    warmup = tf.keras.optimizers.Adam(1e-3)
+    step(model, warmup, x)
+    finetune = tf.keras.optimizers.SGD(1e-4, momentum=0.9)
+    step(model, finetune, x)  # expect: TAP409
+""",
     # a GAN's two nets trained by one traced step
     """
 import tensorflow as tf
@@ -248,8 +276,8 @@ def _makes_variables(model, assign) -> bool | None:
     momentum = call.arg(1, "momentum") if call is not None else None
     if momentum is None:
         return False
-    if momentum.kind == "constant" and type(momentum.value) is int:
-        return momentum.value != 0  # (the facts keep integers and strings; a float is not read)
+    if momentum.kind == "constant" and type(momentum.value) in (int, float):
+        return momentum.value != 0  # `momentum=0.9` makes a momentum variable, `momentum=0.0` none
     return None
 
 

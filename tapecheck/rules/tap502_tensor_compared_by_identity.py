@@ -58,23 +58,21 @@ from __future__ import annotations
 import re
 
 from tapecheck.model import model_of
-from tapecheck.rules._common import report
+from tapecheck.rules._common import report, token_gap
 
 CODE = "TAP502"
 NAME = "tensor-compared-by-identity"
 SUMMARY = "a tensor or NumPy scalar compared with `is True`/`is False`/`is 0`: always False"
 
 # The screen: `is` (or `is not`) with `True`, `False` or a decimal integer on either side (the
-# only operands `_singleton` accepts), whatever lies between the tokens: whitespace, line
-# continuations, brackets, and comments inside brackets (a comment ends at its line break, so each
-# run of separators is read one way only: no backtracking blow-up on a line of `#`s). Each
+# only operands `_singleton` accepts), whatever lies between the tokens (`token_gap`: whitespace,
+# line continuations, comments inside brackets; here brackets too). Each
 # pattern starts with a literal or a small set of bytes; `x is None` (in most files) passes none.
-_SEPARATORS = rb"(?:[\s\\%s]|#[^\r\n]*[\r\n])*"
 _SINGLETON_AFTER = re.compile(
-    rb"is(?<!\wis)" + _SEPARATORS % rb"(" + rb"(?:not" + _SEPARATORS % rb"(" + rb")?(?:True|False|[0-9])"
+    rb"is(?<!\wis)" + token_gap(rb"(") + rb"(?:not" + token_gap(rb"(") + rb")?(?:True|False|[0-9])"
 )
 _SINGLETON_BEFORE = tuple(
-    re.compile(first + _SEPARATORS % rb")" + rb"is(?!\w)") for first in (rb"True", rb"False", rb"[0-9]")
+    re.compile(first + token_gap(rb")") + rb"is(?!\w)") for first in (rb"True", rb"False", rb"[0-9]")
 )
 
 
@@ -177,13 +175,12 @@ def _made_by_op(model, expr, site) -> str:
 
 
 def _singleton(expr) -> str:
-    """`True`, `False` or a number written as the other operand, as written; else ""."""
+    """`True`, `False` or an integer written as the other operand, as written; else "". (A float,
+    `x is 1.0`, is left out: the screen looks for a digit after `is`, and `.5` starts with a dot.)"""
     if expr is None or expr.kind not in ("name", "constant"):
         return ""
     value = expr.value
-    if isinstance(value, bool) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        return repr(value)
-    return ""
+    return repr(value) if isinstance(value, int) else ""
 
 
 def check(facts):

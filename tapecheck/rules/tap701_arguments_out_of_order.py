@@ -79,7 +79,7 @@ from __future__ import annotations
 
 import re
 
-from tapecheck.model import Function, model_of
+from tapecheck.model import Function, line_at, model_of
 from tapecheck.rules._common import report
 
 CODE = "TAP701"
@@ -389,9 +389,7 @@ def check(facts):
         here = positional[index]
         argument = call.args[index]
         written = f"{argument.text}[...]" if argument.kind == "subscript" else argument.text or name
-        defined = f"line {function.block.line}"
-        if function.model is not model:
-            defined += f" of {function.model.facts.path.rsplit('/', 1)[-1]}"
+        defined = line_at(function.model.facts.path, function.block.line, facts.path)
         if others:
             defined += ("; `" + call.func.text + "` may also be " + ", ".join(f"`{o.qualname}`" for o in others)
                         + ", whose parameters there are the same")

@@ -333,8 +333,8 @@ def _plain_data(model, facts, call, expr, depth: int = 0) -> bool:
     NumPy ops; a `*_like` of anything."""
     if depth > MAX_DEPTH:
         return False
-    if expr.kind in ("constant",):
-        return True
+    if expr.kind == "constant":
+        return type(expr.value) is not float  # a float (`bce(pred, 1.0)`) is not read as data, as before floats were read
     if expr.kind == "subscript":
         return True  # `batch[1]`
     if expr.kind == "attribute":
@@ -372,7 +372,7 @@ def _made_from_data(model, facts, assign, depth: int) -> bool:
         return made is not None and _data_op(model, facts, made, depth)
     if value.kind == "name":
         return depth <= MAX_DEPTH and _name_is_data(model, facts, value.text, assign.site, depth)
-    return value.kind == "constant"
+    return value.kind == "constant" and type(value.value) is not float  # as `_plain_data`
 
 
 def _data_op(model, facts, made, depth: int) -> bool:
