@@ -26,9 +26,14 @@ Measured on 2026-12-07, one session, 2 shared cores at load ~6.5 (wall times), m
 then this branch (the server keeps each buffer's parsed runs; `# noqa` edits placed on demand):
 edit -> diagnostics median 2776 ms (p95 2999) before, 671 ms (p95 790) after; a burst of 20
 keystrokes: the last version's diagnostics 4859 ms after the last one before, 2105 ms after,
-only that version published both times. The goal is not met: `benchmarks/lsp_profile.py` says
-where the remaining ~410 ms of CPU per edit go (the facts walk, the nesting check, the model
-and the rules on the whole file).
+only that version published both times.
+
+Then (same day, 2 shared cores at load ~7-9, main at e7520a5 and the branch that keeps each
+run's facts too, so that an edit walks only the changed run: `lint/runfacts.py`; two runs each,
+alternated): edit -> diagnostics median 898 and 768 ms on main, 570 and 375 ms with the facts
+reused (p95 1000 and 917, 624 and 484). The goal is not met: `benchmarks/lsp_profile.py` says
+where the remaining ~280 ms of CPU per edit go (the nesting check, the model and the rules on
+the whole file).
 """
 
 from __future__ import annotations

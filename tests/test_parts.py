@@ -1,8 +1,13 @@
 """A large file is parsed in parts (tapecheck/lint/parts.py): the facts and findings must be
 exactly those of the whole tree. PART_CHARS is set tiny here so that every file is cut at
-every place the splitter allows."""
+every place the splitter allows. The language server keeps a buffer's runs, their trees and
+the facts of their walk (`parts.Runs`, `lint/runfacts.py`): after each edit the facts of a lint
+that reused them must be exactly those of a fresh lint."""
 
 from __future__ import annotations
+
+from importlib.util import find_spec
+from pathlib import Path
 
 import pytest
 from sources import ROOT, SOURCES
@@ -185,27 +190,48 @@ def _edits(text: str, count: int, seed: int):
             lines = before
 
 
+def _checked_facts(source: bytes, path: str, trees: parts.Runs):
+    """`facts_of` with the buffer's store, then the program model and every rule run on the facts,
+    as the engine runs them: what the model or a rule might change in facts reused from the last
+    lint would show in the next lint's."""
+    from tapecheck.rules import RULES
+
+    facts = lint_source_module.facts_of(source, path, None, trees)
+    try:
+        for rule in RULES:
+            if rule.check is not None:
+                list(rule.check(facts))
+    finally:
+        if facts.model is not None:
+            facts.model.close()
+            facts.model = None
+    return facts
+
+
 def test_parsed_runs_reused_across_edits_give_the_facts_of_a_fresh_lint(monkeypatch):
     """The language server keeps the parsed runs of a buffer (`trees`) and re-parses only the
-    runs whose text an edit changed: after each of many edits, the facts and findings must be
-    those of a fresh lint of the same text, and most runs must have been reused."""
+    runs whose text an edit changed, and walks only those runs too (or those whose entry state
+    changed: imports edited above them): after each of many edits, the facts and findings must
+    be those of a fresh lint of the same text, and most runs must have been reused."""
     monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)
     monkeypatch.setattr(lint_source_module, "REUSED_PART_CHARS", 300)
     fixture = (ROOT / "fixtures" / "bad").glob("*.py")
     text = "\n".join(path.read_text() for path in sorted(fixture)[:40] if "\r" not in path.read_text())
     trees = parts.Runs()
-    reused = parsed = compared = 0
+    reused = parsed = compared = walked = runs = 0
     for step, edited in enumerate(_edits(text, 24, seed=25)):
         source = edited.encode()
         before = {id(value[0]) for value in trees.trees.values()}
         try:
-            kept = lint_source_module.facts_of(source, "buffer.py", None, trees)
+            kept = _checked_facts(source, "buffer.py", trees)
         except LintError:
             with pytest.raises(LintError):
                 lint_source_module.facts_of(source, "buffer.py")
             continue
         fresh = lint_source_module.facts_of(source, "buffer.py")
         assert kept == fresh
+        walked += trees.walked
+        runs += len(trees.spans)
         if step % 4 == 0:
             assert lint_python(source, "buffer.py", trees=trees) == lint_python(source, "buffer.py")
         now = {id(value[0]) for value in trees.trees.values()}
@@ -216,7 +242,207 @@ def test_parsed_runs_reused_across_edits_give_the_facts_of_a_fresh_lint(monkeypa
         compared += 1
     assert compared >= 15
     assert reused > 5 * parsed, (reused, parsed)  # an edit re-parses a few runs (where the cuts move), not the file
+    assert runs > 4 * walked, (runs, walked)  # and walks a few: the facts of the others are reused
 
+
+
+REUSE_SCENARIOS = {  # successive texts of a buffer, each run a statement (or a class member)
+    # a tape made in one run, recorded by a module-level `with` in a later one: that run reads the
+    # earlier run's facts and extends its tape, so it is walked at every lint
+    "module_with_of_an_earlier_tape": [
+        "import tensorflow as tf\ntape = tf.GradientTape(persistent=True)\nx = 1\nwith tape:\n    y = x * x\n"
+        "with tape.stop_recording():\n    z = y\ng = tape.gradient(y, x)\n",
+        "import tensorflow as tf\ntape = tf.GradientTape(persistent=True)\nx = 1\nwith tape:\n    y = x * x\n"
+        "with tape.stop_recording():\n    z = y\ng = tape.gradient(y, x)\nq = 2\n",
+        "import tensorflow as tf\n\ntape = tf.GradientTape(persistent=True)\nx = 1\nwith tape:\n    y = x * x\n"
+        "with tape.stop_recording():\n    z = y\ng = tape.gradient(y, x)\nq = 2\n",
+        "import tensorflow as tf\n\ntape = tf.GradientTape(persistent=True)\nx = f(1)\nwith tape:\n    y = x * x\n"
+        "with tape.stop_recording():\n    z = y\ng = tape.gradient(y, x)\nq = 2\n",
+    ],
+    # a class cut into runs (each member its own): a line added in its first method renumbers
+    # the runs that go on with it; a class added above changes its block id; its last members
+    # dedented end it earlier while its first run's text stays the same
+    "class_in_several_runs": [
+        "import tensorflow as tf\nclass M(tf.keras.Model):\n    def a(self, x):\n        return x\n"
+        "    def step(self, x):\n        with tf.GradientTape() as t:\n            y = self(x)\n"
+        "        return t.gradient(y, x)\n    rate = 0.1\n    def c(self):\n        return [v for v in self.w]\n"
+        "print(M)\n",
+        "import tensorflow as tf\nclass M(tf.keras.Model):\n    def a(self, x):\n\n        return x\n"
+        "    def step(self, x):\n        with tf.GradientTape() as t:\n            y = self(x)\n"
+        "        return t.gradient(y, x)\n    rate = 0.1\n    def c(self):\n        return [v for v in self.w]\n"
+        "print(M)\n",
+        "import tensorflow as tf\nclass N:\n    k = 1\n    def b(self):\n        pass\n"
+        "class M(tf.keras.Model):\n    def a(self, x):\n\n        return x\n"
+        "    def step(self, x):\n        with tf.GradientTape() as t:\n            y = self(x)\n"
+        "        return t.gradient(y, x)\n    rate = 0.1\n    def c(self):\n        return [v for v in self.w]\n"
+        "print(M)\n",
+        "import tensorflow as tf\nclass N:\n    k = 1\n    def b(self):\n        pass\n"
+        "class M(tf.keras.Model):\n    def a(self, x):\n\n        return x\n"
+        "def step(self, x):\n    with tf.GradientTape() as t:\n        y = self(x)\n"
+        "    return t.gradient(y, x)\nrate = 0.1\ndef c(self):\n    return [v for v in self.w]\n"
+        "print(M)\n",
+    ],
+    # a lambda's summary holds its line: renumbered when a line is added above it
+    "lambda_below_an_added_line": [
+        "import tensorflow as tf\nx = 1\nf = lambda a: a + 1\ng = h(key=lambda b: b, other=[lambda: 0])\n",
+        "import tensorflow as tf\n\nx = 1\nf = lambda a: a + 1\ng = h(key=lambda b: b, other=[lambda: 0])\n",
+        "import tensorflow as tf\n\nx = 1 + y\nf = lambda a: a + 1\ng = h(key=lambda b: b, other=[lambda: 0])\n",
+    ],
+    # the first run's events start at order 0: its (0, 0) spans are not defaults, it moves down
+    "first_run_moved_down": [
+        "x = 1\nif 0:\n    pass\ny = lambda: 0\n",
+        "w = 0\nx = 1\nif 0:\n    pass\ny = lambda: 0\n",
+        "x = 1\nif 0:\n    pass\ny = lambda: 0\n",
+    ],
+    # the imports above a run change what its names resolve to: it is walked again
+    "imports_edited_above": [
+        "import tensorflow as tf\ndef f(x):\n    with tf.GradientTape() as t:\n        y = x * x\n    return t.gradient(y, x)\n",
+        "import keras as tf\ndef f(x):\n    with tf.GradientTape() as t:\n        y = x * x\n    return t.gradient(y, x)\n",
+        "import keras as tf\nfrom tensorflow import *\nfrom .common import tf\n"
+        "def f(x):\n    with tf.GradientTape() as t:\n        y = x * x\n    return t.gradient(y, x)\n",
+    ],
+    # the same text twice: one run's facts, renumbered for each place
+    "the_same_run_twice": [
+        "def f(x):\n    return x\ndef f(x):\n    return x\n",
+        "a = 1\ndef f(x):\n    return x\n\ndef f(x):\n    return x\ndef f(x):\n    return x\n",
+    ],
+}
+
+# how many runs each lint after the first walks: the changed runs, and those whose entry state
+# changed (imports edited above) or that read earlier runs' facts (a module-level `with tape:`)
+WALKED = {
+    "module_with_of_an_earlier_tape": [3, 3, 3],  # the two `with` runs at every lint, and the changed one
+    "class_in_several_runs": [1, 2, 3],  # the method's run; class N's two runs; the three dedented members
+    "lambda_below_an_added_line": [1, 1],
+    "first_run_moved_down": [2, 0],  # `w = 0`, and `x = 1`, whose span (0, 0) is no default; back on top: none
+    "imports_edited_above": [2, 3],  # the import and the function below it; the two imports and the function
+    "the_same_run_twice": [2],  # `a = 1` and the function followed by a blank line (other text)
+}
+
+
+@pytest.mark.parametrize("name", sorted(REUSE_SCENARIOS))
+def test_the_facts_of_runs_are_reused_renumbered_where_their_walk_cannot_have_changed(monkeypatch, name):
+    """Each lint's facts with the store equal a fresh lint's, the program model and the rules run on
+    them in between, and only the runs whose walk may have changed are walked."""
+    monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)
+    monkeypatch.setattr(lint_source_module, "REUSED_PART_CHARS", 1)  # each statement a run
+    trees = parts.Runs()
+    walked = []
+    for text in REUSE_SCENARIOS[name]:
+        source = text.encode()
+        assert _checked_facts(source, "buffer.py", trees) == lint_source_module.facts_of(source, "buffer.py")
+        walked.append(trees.walked)
+    assert walked[1:] == WALKED[name]
+
+
+def _real_files() -> list[tuple[str, str]]:
+    """A few files of the installed tensorflow and keras with tapes and classes (each cut into runs),
+    and the good fixtures."""
+    found = [(str(path), path.read_text()) for path in sorted((ROOT / "fixtures" / "good").glob("*.py"))[:6]]
+    roots = [next(iter(spec.submodule_search_locations))
+             for spec in map(find_spec, ("tensorflow", "keras")) if spec is not None and spec.submodule_search_locations]
+    for root in roots:
+        admitted = [path for path in sorted(Path(root).rglob("*.py"))
+                    if 8_000 < path.stat().st_size < 40_000 and "GradientTape" in path.read_text(errors="replace")]
+        found += [(str(path), path.read_text()) for path in admitted[::max(1, len(admitted) // 4)][:4]]
+    return [(path, text) for path, text in found if "\r" not in text]
+
+
+def _typing(text: str, count: int, seed: int):
+    """Edits as an editor makes them, over any Python file: characters typed inside lines, lines
+    added, removed and duplicated, imports added at the top and half way down, a module-level
+    `with tape:` (the tape of an earlier run), statements added inside a class body or a function,
+    lambdas. An edit that breaks the syntax is undone after its lint."""
+    import ast
+    import random
+
+    chance = random.Random(seed)
+    lines = text.split("\n")
+    for step in range(count):
+        before = list(lines)
+        kind = step % 7
+        n = chance.randrange(1, len(lines))
+        if kind == 0:  # a character typed inside a line
+            i = chance.randrange(len(lines))
+            at = chance.randrange(len(lines[i]) + 1)
+            lines[i] = lines[i][:at] + chance.choice(["x", " ", "1", " + y", "#", "("]) + lines[i][at:]
+        elif kind == 1:
+            del lines[n]
+        elif kind == 2:
+            lines.insert(n, chance.choice(["", "# note", lines[n]]))
+        elif kind == 3:
+            lines.insert(chance.choice([0, n]), chance.choice(
+                ["import tensorflow as tf", "from keras import layers", "import tensorflow.compat.v1 as tf"]))
+        elif kind == 4:  # at module level: a tape, then a `with` of it further down
+            lines[n:n] = ["tape = tf.GradientTape()"]
+            at = chance.randrange(n + 1, len(lines))
+            lines[at:at] = ["with tape:", "    y = f(x)", "with tape.stop_recording():", "    z = y"]
+        elif kind == 5:  # a statement inside whatever body line `n` is in
+            indent = len(lines[n]) - len(lines[n].lstrip())
+            lines.insert(n, " " * indent + chance.choice(["v = lambda: 0", "t = tf.GradientTape()", "pass", "import numpy as np"]))
+        else:
+            lines.insert(n, "\n\n")
+            lines = "\n".join(lines).split("\n")
+        yield "\n".join(lines)
+        try:
+            ast.parse("\n".join(lines))
+        except SyntaxError:
+            lines = before
+
+
+def test_facts_reused_across_edits_of_real_files_are_a_fresh_lints(monkeypatch):
+    """Random edits of real code (tensorflow, keras, the fixtures): after each, the facts of a lint
+    with the store equal a fresh lint's (the rules run on each lint's facts in between), and most
+    runs' facts are reused."""
+    monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)
+    monkeypatch.setattr(lint_source_module, "REUSED_PART_CHARS", 600)
+    compared = walked = parsed = runs = continued = 0
+    for index, (path, text) in enumerate(_real_files()):
+        trees = parts.Runs()
+        for edited in _typing(text, 14, seed=index):
+            source = edited.encode()
+            before = {id(value[0]) for value in trees.trees.values()}
+            try:
+                kept = _checked_facts(source, path, trees)
+            except LintError:
+                continue
+            assert kept == lint_source_module.facts_of(source, path), (path, edited)
+            compared += 1
+            runs += len(trees.spans)
+            continued += sum(1 for span in trees.spans if span.header)
+            walked += trees.walked
+            parsed += len({id(value[0]) for value in trees.trees.values()} - before)
+    assert compared >= 60 and continued >= 100
+    # a run is walked when its text changed (parsed again: the edited run, and here often the next
+    # ones, where the cuts moved) or what precedes it did (imports edited, a `with tape:` at module
+    # level): of the runs whose text is unchanged, most are not walked, their facts are reused
+    unchanged = runs - parsed
+    assert unchanged > runs / 3 and walked - parsed < unchanged / 3, (runs, walked, parsed)
+
+
+def test_runfacts_renumbers_every_field_of_the_facts():
+    """A field added to a fact may hold a line, an order, a block or a tape id: runfacts.py must
+    renumber it (this lists the fields it knows)."""
+    from dataclasses import fields
+
+    from tapecheck.lint import facts, runfacts
+
+    known = {
+        facts.Block: "id kind parent scope line end_line name decorators bases tapes paused test_span positional kwargs",
+        facts.Tape: "id name site persistent watch_accessed_variables with_blocks",
+        facts.Site: "line col order block in_comprehension",
+        facts.Assign: "target site value kind span annotation default",
+        facts.Call: "site func args keywords end_line end_order arg_spans spread method receiver",
+        facts.Use: "name site context",
+        facts.Exit: "site kind span items",
+        facts.Compare: "site operator end_order left right",
+        facts.Comprehension: "span fors",
+        facts.Expr: "kind text callee method receiver elements tensor_slice keywords value func_text operands",
+    }
+    for kind, names in known.items():
+        assert [field.name for field in fields(kind)] == names.split(), kind
+    compared = [field.name for field in fields(facts.FileFacts) if field.compare]
+    assert compared == ["path", *runfacts.LISTS, "imports", "relative_imports", "model"]
 
 
 def _class_edits(text: str, count: int, seed: int):
@@ -311,8 +537,8 @@ def test_an_edit_is_checked_and_cut_again_only_where_it_changed(monkeypatch):
 
 
 def test_the_server_keeps_a_buffers_runs_and_lints_an_edit_as_a_fresh_lint(monkeypatch, tmp_path):
-    """`lint_snapshot` (the server's lint thread) with the buffer's runs kept from its last lint:
-    the same diagnostics as a lint with nothing kept, and the `# noqa` quick fix, placed only
+    """`lint_snapshot` (the server's lint thread) with the buffer's runs (trees and facts) kept from
+    its last lint: the same diagnostics as a lint with nothing kept, and the `# noqa` quick fix, placed only
     when asked for, is the one a lint with nothing kept places (None on a line ending in a string)."""
     import ast
 
@@ -352,6 +578,8 @@ def test_the_server_keeps_a_buffers_runs_and_lints_an_edit_as_a_fresh_lint(monke
         assert linting._trees.get(uri), "the runs are kept between lints"
         if version > 1:  # and reused: an edit leaves most runs as they were
             assert any(run is old for run in linting._trees[uri].trees.values() for old in held), "no run was reused"
+            store = linting._trees[uri]  # and walks few of them: the others' facts are the last lint's
+            assert store.walked <= len(store.spans) // 2, (store.walked, len(store.spans))
         linting.forget(uri)
         fresh = lint(version, body)
         assert seen(kept) == seen(fresh) and kept.located

@@ -106,6 +106,13 @@ class FactsBuilder(FastVisitor):
         self._line_offset = 0  # lines of the file before the tree being walked (see walk_parts)
         self.kept = None  # (module, positions) of a file walked whole, when the caller keeps them
         self._keep = False
+        # while walking a run whose facts are recorded (`walk_parts(runs=)`): its first block id (a
+        # scope below it is an earlier run's), whether it read nothing of earlier runs' facts; and
+        # how many lambda summaries the walk made (their value is a line) and how many order spans
+        # of events at the file's start, (0, 0) as a default span is (see runfacts.py)
+        self._run_block: int | None = None
+        self._alone = True
+        self._lambdas = self._zero_spans = 0
 
     # -- helpers ------------------------------------------------------------
     def _pos(self, node: cst.CSTNode):
@@ -202,6 +209,7 @@ class FactsBuilder(FastVisitor):
         if node.__class__ is cst.Attribute:  # `model.get_layer("conv").output`, `model.layers[-1].output`
             return Expr("other", "", method=node.attr.value)  # the attribute read
         if node.__class__ is cst.Lambda:
+            self._lambdas += 1
             return Expr("lambda", "", value=self._start(node).line + self._line_offset)  # its block's line
         if node.__class__ is cst.FormattedString:
             return _fstring(node)
@@ -252,31 +260,67 @@ class FactsBuilder(FastVisitor):
         return flags["persistent"], flags["watch_accessed_variables"]
 
     # -- module, functions, classes ------------------------------------------
-    def walk_parts(self, parts) -> FileFacts:
+    def walk_parts(self, parts, runs=None) -> FileFacts:
         """Walk a file given as trees of consecutive runs of its statements (`parts.Part`):
         one module block, statements in file order. A run that goes on with a class body
-        re-enters that class's block. Each tree is dropped once walked."""
+        re-enters that class's block. Each tree is dropped once walked.
+
+        `runs`: the language server's store of the buffer (`parts.Runs`), whose `facts` hold what
+        each run of its last lint added (`runfacts.RunFacts`, by the run's text, `Part.key`): a
+        run whose text and entry state are those of a kept run is not walked, its facts are
+        that run's, renumbered (`runfacts`). On return `runs.facts` holds this lint's runs."""
+        from tapecheck.lint import runfacts
+
         facts = self.facts
         # libcst's range of a module always starts at line 1; its end is set as runs are walked
         module_block = Block(len(facts.blocks), "module", None, len(facts.blocks), 1, 1)
         facts.blocks.append(module_block)
         self._block_stack.append(module_block.id)
+        kept: dict = {}
+        if runs is not None:
+            kept, runs.facts, runs.walked = runs.facts, {}, 0
         for part in parts:
             self._line_offset, module, continues_class = part[0], part[1], part[2]
+            key = part[4] if runs is not None and len(part) > 4 else None  # `Part.key`
+            block = None
+            if continues_class:
+                block = next(b for b in reversed(facts.blocks) if b.kind == "class" and b.parent == module_block.id)
+            if key is not None:
+                found = kept.get(key)
+                klass = block.id if block is not None else None
+                if found is not None and found.fits(facts, self._order, klass):
+                    found = runs.facts[key] = runfacts.splice(found, facts, self._order, self._line_offset, klass)
+                    self._order += found.orders
+                    if block is not None:
+                        block.end_line = found.class_end + self._line_offset
+                    module_block.end_line = found.module_end + self._line_offset
+                    module = None
+                    continue
+                runs.walked += 1
+                entered = runfacts.entry(facts)
+                order, self._run_block, self._alone = self._order, len(facts.blocks), True
+                lambdas, zero_spans = self._lambdas, self._zero_spans
             known = part[3] if len(part) > 3 else None  # `Part.positions`, worked out by the caller
             self.positions = known if known is not None else Positions(module)
-            statements, klass, statement = module.body, None, None
+            statements, klass, statement, class_end = module.body, None, None, None
             if continues_class:
                 klass = statements[0]
-                block = next(b for b in reversed(facts.blocks) if b.kind == "class" and b.parent == module_block.id)
                 self._block_stack.append(block.id)
                 self._walk(klass.body)
                 self._block_stack.pop()
-                block.end_line = self._pos(klass).end.line + self._line_offset
+                class_end = self._pos(klass).end.line
+                block.end_line = class_end + self._line_offset
                 statements = statements[1:]
             for statement in statements:
                 self._walk(statement)
-            module_block.end_line = self._pos(module).end.line + self._line_offset
+            module_end = self._pos(module).end.line
+            module_block.end_line = module_end + self._line_offset
+            if key is not None:
+                self._run_block = None
+                if self._alone:
+                    runs.facts[key] = runfacts.record(
+                        facts, entered, self._line_offset, order, self._order, block.id if block is not None else None,
+                        module_end, class_end, self._lambdas > lambdas, self._zero_spans > zero_spans)
             if self._keep:
                 self.kept = (module, self.positions)
             # Let this tree go before the next is parsed: two alive at once would double the peak.
@@ -353,6 +397,8 @@ class FactsBuilder(FastVisitor):
         start = self._order
         self._visit(node.test, "other")
         test_span = (start, self._order)  # the events of the test, for rules that ask what it reads
+        if not self._order:
+            self._zero_spans += 1
         self._visit_body("if", node.body, test_span=test_span)
         if node.orelse is not None:
             orelse = node.orelse
@@ -393,6 +439,14 @@ class FactsBuilder(FastVisitor):
 
     visit_TryStar = visit_Try
 
+    def _tape_for(self, name: str, site: Site) -> Tape | None:
+        """`facts.tape_for`: at module level, or in a class body an earlier run opened, it reads
+        earlier runs' facts, and the run being recorded cannot be reused (see runfacts.py)."""
+        facts = self.facts
+        if self._run_block is not None and facts.blocks[site.block].scope < self._run_block:
+            self._alone = False
+        return facts.tape_for(name, site)
+
     def visit_With(self, node: cst.With):
         facts = self.facts
         recording: list[int] = []
@@ -412,10 +466,10 @@ class FactsBuilder(FastVisitor):
             else:
                 name = dotted_name(expr)
                 if name:
-                    tape = facts.tape_for(name, self._site(expr))
+                    tape = self._tape_for(name, self._site(expr))
                 elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
                     if expr.func.attr.value == "stop_recording":
-                        paused_tape = facts.tape_for(dotted_name(expr.func.value), self._site(expr))
+                        paused_tape = self._tape_for(dotted_name(expr.func.value), self._site(expr))
                         if paused_tape is not None:
                             paused.append(paused_tape.id)
                 if item.asname is not None:
@@ -437,6 +491,8 @@ class FactsBuilder(FastVisitor):
     # -- simple statements -----------------------------------------------------
     def _set_spans(self, first_assign: int, start: int, end: int):
         """Give the assigns made from index `first_assign` on the order span of their value."""
+        if not end:
+            self._zero_spans += 1
         for assign in self.facts.assigns[first_assign:]:
             assign.span = (start, end)
 
@@ -721,15 +777,17 @@ def _terms(node):
     return [node]
 
 
-def extract(parts, path: str, keep: list | None = None) -> FileFacts:
+def extract(parts, path: str, keep: list | None = None, runs=None) -> FileFacts:
     """The facts of one file: from its module, or from the trees of consecutive runs of its
     statements, in order (`tapecheck.lint.parts`). `keep`: a list that gets the module and its
-    `Positions` appended, when the file is one module (the fixers reuse them)."""
+    `Positions` appended, when the file is one module (the fixers reuse them). `runs`: the
+    language server's store of the buffer's runs (`parts.Runs`): the facts of the runs of its
+    last lint are reused where they can be (`FactsBuilder.walk_parts`)."""
     if isinstance(parts, cst.Module):
         parts = ((0, parts, False),)
     builder = FactsBuilder(path)
     builder._keep = keep is not None
-    facts = builder.walk_parts(parts)
+    facts = builder.walk_parts(parts, runs)
     if keep is not None and builder.kept is not None:
         keep.append(builder.kept)
     return facts

@@ -191,12 +191,13 @@ class FileFacts:
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted origin
     relative_imports: dict[str, str] = field(default_factory=dict)  # `from .models import Net`: Net -> models.Net
     model: object = field(default=None, repr=False)  # the program model (tapecheck.model), built on demand
-    _chains: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    # caches, not facts: not compared (a walk that reused the facts of runs asked fewer questions)
+    _chains: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)
     # (target, scope) -> assigns in order, for reaching_assigns; rebuilt when assigns grow (the walk asks too)
-    _by_name: dict | None = field(default=None, repr=False)
-    _indexed: int = field(default=0, repr=False)
-    _tapes_at: dict | None = field(default=None, repr=False)
-    _tapes_indexed: int = field(default=0, repr=False)
+    _by_name: dict | None = field(default=None, repr=False, compare=False)
+    _indexed: int = field(default=0, repr=False, compare=False)
+    _tapes_at: dict | None = field(default=None, repr=False, compare=False)
+    _tapes_indexed: int = field(default=0, repr=False, compare=False)
     # indexes built once per file for the rules (after the walk): see _fresh()
     _index_key: tuple = field(default=(), repr=False, compare=False)
     _recording: dict = field(default_factory=dict, repr=False, compare=False)  # block id -> tapes recording there

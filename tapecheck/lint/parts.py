@@ -42,6 +42,7 @@ class Part(NamedTuple):
     module: object  # libcst.Module
     continues_class: bool  # its first statement is the rest of the class the last run ended in
     positions: object = None  # its `fastcst.Positions` when already worked out (None: the walker does)
+    key: str | None = None  # its text with the header it repeats, when the facts of its walk are kept (`Runs.facts`)
 
 
 def split(text: str, tree, limit: int | None = None) -> list[Span] | None:
@@ -106,24 +107,30 @@ def split(text: str, tree, limit: int | None = None) -> list[Span] | None:
 
 class Runs:
     """One editor buffer's parsed runs, kept by the language server from one lint of it to the next
-    (`parse_each(runs=)`): a run whose text is unchanged is not parsed again.
+    (`parse_each(runs=)`): a run whose text is unchanged is not parsed again, and, when the walk
+    enters it in the state it entered it last time, not walked again (`extract(runs=)`).
 
     A tree and its positions are functions of the run's text alone (where the run sits in the file
     is the walker's `lines_before`), and the walk only reads them, so a reused run gives the facts a
-    fresh parse gives (tests/test_parts.py)."""
+    fresh parse gives (tests/test_parts.py). A run's facts also depend on what precedes it (the
+    numbering, the imports, the class it goes on with...): `lint/runfacts.py` says what is checked
+    and renumbered."""
 
-    __slots__ = ("trees", "text", "spans")
+    __slots__ = ("trees", "text", "spans", "facts", "walked")
 
     def __init__(self) -> None:
         self.trees: dict[str, tuple] = {}  # a run's text (the class header it repeats included) -> (module, positions)
         self.text: str | None = None  # the decoded text the last lint cut into `spans` (None: no lint kept)
         self.spans: list[Span] = []  # the last lint's runs, in file order
+        self.facts: dict = {}  # a run's text -> what walking it added (`runfacts.RunFacts`), of the last lint
+        self.walked = 0  # how many runs the last lint walked (the others' facts were reused)
 
     def __len__(self) -> int:
         return len(self.trees)
 
     def clear(self) -> None:
         self.trees.clear()
+        self.facts.clear()
         self.text, self.spans = None, []
 
     def parts(self) -> Iterator[Part]:
@@ -139,7 +146,8 @@ def parse_each(text: str, spans: list[Span], runs: Runs | None = None) -> Iterat
     `runs` (the language server's, for one buffer): the runs of its last lint; those whose text
     is unchanged are taken from there instead of parsed. Once every run is parsed it holds this
     lint's runs only; a run libcst refuses leaves it as it was (the last text that parsed), so a
-    syntax error while typing does not cost the next lint every run's parse."""
+    syntax error while typing does not cost the next lint every run's parse. Its `facts` are the
+    walk's (`extract(runs=)`): each part then carries its `key`."""
     import libcst as cst
 
     from tapecheck.lint.fastcst import Positions, parse_module
@@ -153,7 +161,7 @@ def parse_each(text: str, spans: list[Span], runs: Runs | None = None) -> Iterat
             reused = kept.get(key) if runs is not None else None  # the same text twice in the file
         if reused is not None:
             kept[key] = reused
-            yield Part(span.lines_before, reused[0], bool(span.header), reused[1])
+            yield Part(span.lines_before, reused[0], bool(span.header), reused[1], key)
             continue
         try:
             module = parse_module(key)
@@ -164,7 +172,7 @@ def parse_each(text: str, spans: list[Span], runs: Runs | None = None) -> Iterat
         if runs is not None:
             positions = Positions(module)
             kept[key] = (module, positions)
-            yield Part(span.lines_before, module, bool(span.header), positions)
+            yield Part(span.lines_before, module, bool(span.header), positions, key)
             continue
         yield Part(span.lines_before, module, bool(span.header))
         del module  # not alive while the next one is parsed

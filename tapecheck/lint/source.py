@@ -251,7 +251,7 @@ def facts_of(source: bytes, path: str, keep: list | None = None, trees=None):
     del tree  # Python's tree of a large file is tens of MB: gone before libcst's is built
     if spans is not None:
         try:
-            return _walk(lambda: extract(parts.parse_each(text, spans, trees), path))
+            return _walk(lambda: extract(parts.parse_each(text, spans, trees), path, runs=trees))
         except parts.Unparsable:
             pass  # a cut libcst does not accept alone: the whole file decides
     module = _libcst_parse(source)
