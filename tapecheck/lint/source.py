@@ -228,7 +228,9 @@ def facts_of(source: bytes, path: str, keep: list | None = None, trees=None):
     once. Raises LintError on bad input. `keep`: a list that gets `(module, positions)` appended
     when the file was parsed whole (the fixers reuse the tree instead of parsing it again).
     `trees`: the language server's store of one buffer's runs (`parts.Runs`): the file is cut into
-    smaller runs, and the runs whose text the last lint saw are not parsed again; when the store
+    smaller runs, the runs whose text the last lint saw are not parsed again, and those it entered
+    in the same state are not walked again (their facts are spliced in, renumbered:
+    `lint/runfacts.py`); when the store
     holds the last text that parsed, only the runs an edit touched are checked and cut again
     (`parts.respan`), else the whole file is. The store keeps the last text that parsed through a
     syntax error, so the lint after it is again an edit of that text."""
@@ -242,7 +244,7 @@ def facts_of(source: bytes, path: str, keep: list | None = None, trees=None):
         spans = parts.respan(trees, text, _run_tree, REUSED_PART_CHARS)
         if spans is not None:
             try:
-                return _walk(lambda: extract(parts.parse_each(text, spans, trees), path))
+                return _walk(lambda: extract(parts.parse_each(text, spans, trees), path, runs=trees))
             except parts.Unparsable:
                 pass  # an edited run libcst refuses alone: the whole file decides
     text, tree = _checked(source)
