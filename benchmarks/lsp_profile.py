@@ -14,91 +14,58 @@ paused as the engine does; CPU milliseconds, the least of `--repeat` runs:
 - the program model (`model_of`) and each rule on the facts; `one_cause_one_finding`;
 - the tokenize that places `# noqa` quick fixes (`_Comments._inside_tokens`): no longer part
   of a lint, it runs when a code action first asks for a suppression (`Located.suppress`);
-- the server's path: `lint_snapshot` with no runs kept (a first open), and after an edit,
-  when the buffer's 2 KB runs parsed by the last lint are taken from the server's store
-  (`parts.parse_each(trees=)`) and only the changed run is parsed (`edit: parse the changed runs`);
-  and the walk after an edit, when the facts of the runs whose walk cannot have changed are
-  taken from the store too and only the changed run is walked (`parts.Runs.facts`,
-  `lint/runfacts.py`): after the edit lsp_latency.py makes (a character typed into a comment:
-  nothing below it moves), and after a line added at the same place, near the top of the
-  buffer (every run below is renumbered: its lines), each with the changed run's parse.
+- the server's path: `lint_snapshot` with no runs kept (a first open), and after an edit, when
+  only the edited region is checked and cut again (`parts.respan`: `edit: check and cut the edited
+  region`), the buffer's 2 KB runs parsed by the last lint are taken from the server's store
+  (`parts.Runs`) and only the changed run is parsed (`edit: parse the changed runs`), and the facts
+  of the runs whose walk cannot have changed are taken from the store too, renumbered, and only the
+  changed run is walked (`Runs.facts`, `lint/runfacts.py`): after the edit lsp_latency.py makes (a
+  character typed into a comment: nothing below it moves), and after a line added at the same
+  place, near the top of the buffer (every run below is renumbered: its lines);
+- the same with a fixable finding in the buffer (`reset_states()` left in, TAP302: the first
+  block's, or every block's): the fixers look at the kept run that holds each finding and index
+  only the statement holding it (`fixes._RunsTree`).
 
-Measured on 2026-12-07 (2 shared cores, load ~9-10; CPU ms, least of 5 runs; 116 TAP101
-diagnostics), main at e7520a5 (the runs' trees kept, every run walked) and this branch (the
-runs' facts kept too), in one session:
+How the edit path got under 200 ms, 2026-12-07, each change measured against the commit before it
+in one session (2 shared cores at load 8-10, CPU ms, least of 3-5 runs; 116 TAP101 diagnostics):
 
-    stage                                           main    branch
-    checks (decode, nesting: ast.parse)               48        44
-    libcst parse (13 parts of 16 KB)                 340       352   (cold path only)
-    positions (fastcst)                               92        90   (cold path only)
-    facts walk (less positions)                      106       118   (cold path: every run walked)
-    model_of                                          16         8
-    rules, all 33                                    174       177   (TAP402 30, TAP101 30, TAP403 19,
-                                                                      TAP104 19, TAP111 14, TAP302 11, ...)
-    tokenize for `# noqa` quick fixes                 81        80   (at the first code action)
-    server: the rest of lint_snapshot                  7         7
-    edit: parse the changed runs (of 116)            4.4       4.5
-    edit: parse + walk, facts reused                ~110       7.8   (1 run of 116 walked; main: the
-    edit: parse + walk, a line added: renumbered    ~110      36      changed run's parse + every walk)
-    lint_snapshot, first open (no runs kept)         884       892
-    lint_snapshot after an edit                      376       277   = checks 44 + the changed run's
-                                                                      parse and walk 8 + model and
-                                                                      rules 186 + server 7 + the rest
-    (through the server, lsp_latency.py, same session, load ~7-9: edit -> diagnostics median 898
-    and 768 ms wall on main, 570 and 375 ms on the branch, two runs each, alternated)
+    lint_snapshot after an edit                     before    after
+    the runs' trees kept (last session)               1078      411
+    the model's queries indexed (rulespeed)            385      343   model and rules 204 -> 154
+    the fixers on the kept runs, one fixable          1199      401   (116 fixable: 1248 -> 439)
+    the runs' facts kept, renumbered (runfacts)        376      277   parse + walk ~110 -> 8
+    only the edited region checked and cut (respan): the whole file's ast.parse (~45 ms) leaves
+    the edit path; the region's check and cut costs ~1 ms
 
-The model and the rules, measured again on 2026-12-07 (2 shared cores, load 8-9; CPU ms, the least
-of 2 runs of 3), main at 0c9c0ff against the branch that made the model's queries cheaper
-(rulespeed), back to back in one session:
+All of it together (main at 1a5b970, after the merges), 2026-12-07 09:43, load ~1, CPU ms, least of 3:
 
-    stage                                       before      after
-    model_of                                        18          7   (it no longer frees the last
-                                                                      file's facts: a cache held them)
-    rules, all 33                                  187        147   (TAP402 27, TAP101 23, TAP403 17,
-                                                                      TAP104 13, TAP111 9, TAP302 8, ...)
-    model and rules                                204        154
-    lint_snapshot after an edit (runs reused)      385        343
+    stage                                                  ms
+    checks (decode, nesting: ast.parse)                  44.4   (first open only)
+    libcst parse (13 parts of 16 KB)                    324.1   (first open only)
+    positions (fastcst)                                  87.1   (first open only)
+    facts walk (less positions)                          96.0   (first open only)
+    model_of                                              6.9
+    rules, all 33                                       130.3   (TAP402 21, TAP101 20, TAP403 15, ...)
+    tokenize for `# noqa` quick fixes                    80.5   (at the first code action)
+    edit: check and cut the edited region                 1.2
+    edit: parse + walk, facts reused                      8.0   (1 run of 116 walked)
+    edit: parse + walk, a line added: renumbered         37.1   (1 run walked, 115 renumbered)
+    lint_snapshot, first open (no runs kept)            774.1
+    lint_snapshot after an edit                         160.6   = region 1 + parse and walk 8 +
+                                                                  model and rules 137 + server 7
+    lint_snapshot after a line added                    187.7
+    after an edit, one fixable (TAP302)                 163.1
+    after an edit, 116 fixable (TAP302)                 192.7
+    (through the server, lsp_latency.py, right after: edit -> diagnostics median 171 ms wall,
+    p95 179 ms, over 12 edits: the goal is met on a quiet machine)
 
-So 200 ms is not reached: after an edit the parse is gone (6 ms for the changed run), and what
-remains is the walk of the whole file (~120 ms), the nesting check's `ast.parse` (~50 ms), and
-the model and rules (~225 ms), which alone exceed the goal on this machine and grow with the file.
-Reusing the facts of unchanged statements would remove the walk (the floor printed last:
-model + rules + server work, plus the edited statement's walk and a renumbering of every
-site, ~255 ms), but a statement's facts are not self-contained: event orders, block and tape
-ids are numbered across the file, callee names resolve through the imports seen before the
-statement, a `with tape:` extends a tape made in an earlier statement, and a run that goes on
-with a class sets that class's end; an exact reuse must key on all of that and shift the rest.
-The rules are functions of the whole file's facts (a method's findings depend on the class's
-`__init__`, the file's helpers and the call graph, other files' models; a finding may land in a
-helper because of a call in another function, and its message names that call's line: TAP402),
-so their results per function cannot be reused exactly without each rule declaring what it
-reads. With a fixable finding in the buffer (`reset_states()` left in, TAP302), the fixers parsed,
-positioned and indexed the whole file at each lint: 1,338 ms CPU after an edit (1,579 before
-the fixers took the lint's facts instead of walking the tree again), against 379-416 ms without.
-Now they look at the kept run that holds each finding, and index only the statement holding it
-(`fixes._RunsTree`). Stages `after an edit, one fixable` (the first block's `reset_states()` left
-in) and `..., 116 fixable` (every block's); 2026-12-07, load ~9, CPU ms, least of 5 runs, main at
-e7520a5 and this branch, one after the other:
-
-    stage                                       before      after
-    total lint_snapshot after an edit              358        391   (no fixable finding: noise)
-    after an edit, one fixable (TAP302)           1199        401
-    after an edit, 116 fixable (TAP302)           1248        439   (attach_fixes itself: 27 ms)
-
-So after an edit the parse and the walk are gone: the changed run's parse (~4 ms) and walk (~1-3
-ms), the other 115 runs' facts spliced in as they were. An edit that adds or removes lines (or
-events, blocks, tapes) moves what follows it, and the runs below are renumbered: ~0.7 us per fact
-object, ~23 ms for the whole buffer, plus ~7 ms to free the last lint's records (an edit at its
-top, the case measured: 32-36 ms with the parse; half way down, ~23 ms). 200 ms is still not reached: what remains
-is the nesting check's `ast.parse` (~45 ms) and the model and rules (~185 ms), which alone exceed
-the goal on this machine and grow with the file. The rules are functions of the whole file's
-facts (a method's findings depend on the class's `__init__`, the file's helpers and the call
-graph, other files' models; a finding may land in a helper because of a call in another
-function, and its message names that call's line: TAP402), so their results per function cannot
-be reused exactly without each rule declaring what it reads. With a fixable finding in the
-buffer (`reset_states()` left in, TAP302), the fixers still parse, position and index the whole
-file at each lint: 1,338 ms CPU after an edit (1,579 before the fixers took the lint's facts
-instead of walking the tree again), against 379-416 ms without (main at 58ed654).
+What is left is the model and the rules (~135 ms), which read the whole file's facts and grow with
+it: a method's findings depend on the class's `__init__`, the file's helpers and the call graph,
+other files' models, and a finding may land in a helper because of a call in another function
+(TAP402), so their results per function cannot be reused exactly without each rule declaring what
+it reads. An edit that adds or removes lines (or events, blocks, tapes) renumbers the facts of the
+runs below it, ~0.7 us per fact object (~23 ms for the whole buffer, plus ~7 ms to free the last
+lint's records). On a machine under load the same CPU takes longer in wall time.
 Run it for today's numbers.
 """
 
@@ -159,6 +126,7 @@ def main(argv=None) -> int:
         )
         assert any(d.finding.code == "TAP302" and d.fix for d in lint_snapshot(fixable_snapshots[name][0], settings).located)
     added_text = text[:at] + "\n" + text[at:]  # a line added there: every line below moves
+    added = Snapshot(snapshot.key, path, 3, (Cell(snapshot.key, added_text),))
     walked: dict[str, int] = {}
 
     best: dict[str, float] = {}
@@ -212,11 +180,18 @@ def main(argv=None) -> int:
                 timed(f"edit: parse + walk, {name}",
                       lambda: extract(parts.parse_each(other, other_spans, trees), path, runs=trees))
                 walked[name] = trees.walked
+                # the check and cut of the edited region only (`parts.respan`), against the last lint's
+                trees = parts.Runs()
+                list(parts.parse_each(text, small, trees))
+                timed(f"edit: check and cut the edited region, {name}",
+                      lambda: parts.respan(trees, other, engine_source._run_tree, engine_source.REUSED_PART_CHARS))
             del trees
             linting.forget(snapshot.key)
             timed("total lint_snapshot (no runs kept)", lambda: lint_snapshot(snapshot, settings))
             timed("total lint_snapshot after an edit", lambda: lint_snapshot(edited, settings))
             timed("total lint_snapshot after an edit", lambda: lint_snapshot(snapshot, settings))
+            timed("total lint_snapshot after a line added", lambda: lint_snapshot(added, settings))
+            timed("total lint_snapshot after a line added", lambda: lint_snapshot(snapshot, settings))
             for name, (base, changed) in fixable_snapshots.items():  # the same edit, fixes worked out
                 timed(f"after an edit, {name} (TAP302)", lambda: lint_snapshot(changed, settings))
                 timed(f"after an edit, {name} (TAP302)", lambda: lint_snapshot(base, settings))
@@ -248,10 +223,10 @@ def main(argv=None) -> int:
     for name, count in walked.items():
         print(f"  after the edit ({name}): {count} of {len(small_edited)} runs walked")
     edit = best["total lint_snapshot after an edit"]
-    print(f"  the server's lint after an edit (runs and their facts reused): {edit:.0f} ms = checks "
-          f"{best['checks (decode, nesting: ast.parse)']:.0f} + the changed runs' parse and walk "
-          f"{best['edit: parse + walk, facts reused']:.0f} + model and rules {best['model_of'] + rule_ms:.0f} + "
-          f"server {server_all:.0f} + the rest (goal 200 ms)")
+    print(f"  the server's lint after an edit (runs and their facts reused): {edit:.0f} ms = the edited region's "
+          f"check and cut {best['edit: check and cut the edited region, facts reused']:.0f} + the changed runs' "
+          f"parse and walk {best['edit: parse + walk, facts reused']:.0f} + model and rules "
+          f"{best['model_of'] + rule_ms:.0f} + server {server_all:.0f} + the rest (goal 200 ms)")
     return 0
 
 

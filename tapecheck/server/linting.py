@@ -279,11 +279,12 @@ def lint_snapshot(snapshot: Snapshot, settings) -> Result:
     return result
 
 
-# The parsed runs of the last lint of each of the last few large buffers (`parts.parse_each`):
-# an edit re-parses only the runs whose text changed. The trees and positions kept take about
-# 100-150 bytes of memory per character of source (tracemalloc: 19-29 MB for the 205 KB buffer of
-# benchmarks/lsp_latency.py), so only buffers up to KEEP_TREES_CHARS keep theirs, at most
-# KEEP_TREES_BUFFERS of them (the most recently linted): at most ~150 MB in all.
+# The parsed runs of the last lint of each of the last few large buffers (`parts.Runs`): an edit
+# re-parses and re-walks only the runs whose text (or entry state) changed. The trees and positions
+# kept take about 100-150 bytes of memory per character of source (tracemalloc: 19-29 MB for the
+# 205 KB buffer of benchmarks/lsp_latency.py) and the runs' facts about 45 more (~9 MB there), so
+# only buffers up to KEEP_TREES_CHARS keep theirs, at most KEEP_TREES_BUFFERS of them (the most
+# recently linted): at most ~200 MB in all.
 KEEP_TREES_CHARS = 512 * 1024
 KEEP_TREES_BUFFERS = 2
 _trees: dict = {}  # `parts.Runs` by the buffer's key, least recently linted first
