@@ -128,6 +128,16 @@ SPELLINGS = {
         "import keras\nmodel = keras.Sequential([keras.layers.Dense(4), keras.layers.Dropout(0.5)])\n"
         "def val_step(x):\n    return model(x, training = True)\n"
     ),
+    "TAP403-bracketed-flag": (
+        "import keras\nmodel = keras.Sequential([keras.layers.Dense(4), keras.layers.Dropout(0.5)])\n"
+        "def val_step(x):\n    return model(x, training=(True))\n"
+    ),
+    # the optimizer made in the call: a bracket before the comma that ends the first argument
+    "TAP104-optimizer-made-in-compile": (
+        "import tensorflow as tf\nimport keras\ndef my_loss(y_true, y_pred):\n"
+        "    return tf.reduce_mean(tf.round(y_pred) - y_true)\n"
+        "model = keras.Sequential([keras.layers.Dense(1)])\nmodel.compile(keras.optimizers.Adam(1e-3), my_loss)\n"
+    ),
 }
 
 
@@ -173,11 +183,23 @@ NOT_ENOUGH = {
 @pytest.mark.parametrize("source", [
     b"model.  # the net\n    compile(optimizer, my_loss)\n", b"(model.compile)  (opt, \\\n  focal)\n",
     b"model.compile(optimizer,  # then the loss\n    my_loss)\n",
+    b"model.compile(keras.optimizers.Adam(1e-3), my_loss)\n", b"model.compile(opt, (my_loss))\n",
+    b"model.compile(make_optimizer(lr=[1, 2])['sgd'], losses.focal)\n",
 ])
 def test_the_compiled_loss_screen_reads_the_call_across_token_gaps(source):
     from tapecheck.rules._common import compiles_a_loss
 
     assert compiles_a_loss(source)
+
+
+@pytest.mark.parametrize("source", [
+    b"model.compile(optimizer)\n", b"model.compile(make_opt(1, 2))\n", b"model.compile([a, b])\n",
+    b"model.compile()\nx = f(a, b)\n",
+])
+def test_the_compiled_loss_screen_turns_away_a_compile_with_no_loss(source):
+    from tapecheck.rules._common import compiles_a_loss
+
+    assert not compiles_a_loss(source)
 
 
 @pytest.mark.parametrize("code", sorted(NOT_ENOUGH))

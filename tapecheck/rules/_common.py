@@ -83,9 +83,9 @@ _GAP = token_gap()
 # `.map(` of a `tf.data` dataset (the method `dataset_map` asks for): gap between the tokens, and
 # brackets closing before the call (`(ds.map)(f)`).
 MAP_CALL = re.compile(rb"\." + _GAP + rb"map" + token_gap(rb")") + rb"\(")
-# `.compile(`, and `.compile(optimizer, loss)` with a name second (token gap between the tokens).
+# `.compile(` (token gap between the tokens); its second positional argument is the loss.
 COMPILE_CALL = re.compile(rb"\." + _GAP + rb"compile" + token_gap(rb")") + rb"\(")
-POSITIONAL_LOSS = re.compile(rb"\." + _GAP + rb"compile" + token_gap(rb")") + rb"\([^,()]*," + _GAP + rb"[A-Za-z_]")
+_COMPILE_SCAN = 4096  # bytes of a `.compile(` call read for a second argument: beyond, assume one
 
 
 def calls_map_method(source: bytes) -> bool:
@@ -105,7 +105,27 @@ def compiles_a_loss(source: bytes) -> bool:
     """A screen for rules that read losses given to `compile` (TAP104, TAP402)."""
     if b"compile" not in source or COMPILE_CALL.search(source) is None:
         return False
-    return _loss_keyword(source) or POSITIONAL_LOSS.search(source) is not None
+    return _loss_keyword(source) or any(_second_argument(source, match.end()) for match in COMPILE_CALL.finditer(source))
+
+
+def _second_argument(source: bytes, start: int) -> bool:
+    """Whether the call whose arguments start at `start` (after its `(`) may have a second
+    positional argument: a comma outside brackets before the call's `)`. Brackets are counted
+    byte by byte; a string or comment on the way (which may hold brackets or commas), or a call
+    longer than _COMPILE_SCAN, answers True: the screen may say yes too often, never no wrongly."""
+    depth = 0
+    for byte in source[start:start + _COMPILE_SCAN]:
+        if byte in b"([{":
+            depth += 1
+        elif byte in b")]}":
+            if depth == 0:
+                return False  # the call ends with one argument or none
+            depth -= 1
+        elif byte == 0x2C and depth == 0:  # `,`
+            return True
+        elif byte in b"\"'#":
+            return True
+    return True
 
 
 def _loss_keyword(source: bytes) -> bool:

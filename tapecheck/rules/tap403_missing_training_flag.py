@@ -117,7 +117,7 @@ MODE_LAYERS = frozenset(
 )
 MAX_PARAMETER_DEPTH = 3  # a parameter holds what its callers pass: followed this many calls up
 BUILTIN_CALLS = frozenset({"print", "len", "range", "zip", "enumerate", "float", "int", "str", "list", "dict", "tuple", "isinstance"})
-TRAINING_TRUE = re.compile(rb"training" + token_gap() + rb"=" + token_gap() + rb"True")  # however spaced or commented
+TRAINING_TRUE = re.compile(rb"training" + token_gap() + rb"=" + token_gap(rb"(") + rb"True")  # however spaced, commented or bracketed
 
 
 def screen(source: bytes) -> bool:
