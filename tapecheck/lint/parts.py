@@ -209,7 +209,10 @@ def respan(runs: Runs, text: str, check, limit: int) -> list[Span] | None:
     suffix = _common_suffix(old, text, min(len(old), len(text)) - prefix)
     changed_end = len(old) - suffix  # the edited region of the old text is [prefix, changed_end)
     first = next((k for k, span in enumerate(spans) if span.end > prefix), len(spans) - 1)
-    last = max(first, max((k for k, span in enumerate(spans) if span.start < changed_end), default=first))
+    # the runs the edit touches; a run that starts where the edit ends is one (what was inserted
+    # before its first character, indentation say, must be checked with it), so the region always
+    # ends at an unchanged line break or at the end of the text
+    last = max(first, max((k for k, span in enumerate(spans) if span.start <= changed_end), default=first))
     grown = len(text) - len(old)
     start, end = spans[first].start, spans[last].end + grown
     header = spans[first].header
@@ -225,14 +228,14 @@ def respan(runs: Runs, text: str, check, limit: int) -> list[Span] | None:
         if type(klass).__name__ != "ClassDef" or not klass.body:
             return None
         member = _first_line(klass.body[0])
-        if member <= header.count("\n") or lines.indent(member) != _indent(old, spans[first].start):
+        if member <= header.count("\n") or lines.indent(member) != _statement_indent(old, spans[first].start):
             return None
     if last + 1 < len(spans) and spans[last + 1].header:
         klass = tree.body[-1]
         if type(klass).__name__ != "ClassDef" or not klass.body:
             return None
         member = _first_line(klass.body[0])
-        if member == klass.lineno or lines.indent(member) != _indent(old, spans[last + 1].start):
+        if member == klass.lineno or lines.indent(member) != _statement_indent(old, spans[last + 1].start):
             return None
     cut = split(region, tree, limit)
     base = spans[first].lines_before
@@ -258,6 +261,19 @@ def _indent(text: str, offset: int) -> str:
     while end < len(text) and text[end] in " \t":
         end += 1
     return text[offset:end]
+
+
+def _statement_indent(text: str, offset: int) -> str:
+    """The indentation of the first statement of the run at `offset`: of its first line that is
+    neither blank nor only a comment (a run cut again by `respan` may start with such lines)."""
+    while offset < len(text):
+        end = text.find("\n", offset)
+        end = len(text) if end < 0 else end
+        line = text[offset:end]
+        if line.strip() and not line.lstrip().startswith("#"):
+            return _indent(text, offset)
+        offset = end + 1
+    return ""
 
 
 class _Lines:
