@@ -137,13 +137,21 @@ def test_findings_of_the_bad_fixtures_are_the_same_in_parts(tiny_parts):
     assert compared >= 10
 
 
-def test_a_cut_libcst_refuses_falls_back_to_the_whole_file(tiny_parts):
+def test_a_cut_libcst_refuses_falls_back_to_the_whole_file(tiny_parts, monkeypatch):
+    """A file with a line of only a backslash is not cut (libcst counts the lines after it one
+    fewer than Python, so runs placed by Python's count would disagree with the whole tree); cut
+    anyway, libcst refuses the run that starts after it, and the whole file decides."""
+    import re
+
     source = TRICKY["continued_blank_line.py"].encode()
+    assert _spans(source)[1] is None
+    whole = extract(lint_source_module._libcst_parse(source), "continued.py")
+    assert lint_source_module.facts_of(source, "continued.py") == whole
+    monkeypatch.setattr(parts, "_BACKSLASH_LINE", re.compile("(?!)"))  # the cut the check prevents
     text, spans = _spans(source)
     with pytest.raises(parts.Unparsable):
         list(parts.parse_each(text, spans))
-    facts = lint_source_module.facts_of(source, "continued.py")  # falls back: no error, the whole file's facts
-    assert facts == extract(lint_source_module._libcst_parse(source), "continued.py")
+    assert lint_source_module.facts_of(source, "continued.py") == whole  # falls back: no error
 
 
 def _edits(text: str, count: int, seed: int):
@@ -505,6 +513,10 @@ MOVED_MEMBERS = {
     "continuation": CLASS_IN_RUNS.replace("    def f(self):\n        return 1", "      def f(self):\n          return 1"),
     # the class's last run (the run after it starts at column 0): only its start can tell
     "last_member": CLASS_IN_RUNS.replace("    def g(self):\n        return 2", "      def g(self):\n          return 2"),
+    # the header's line ends with a backslash: the class's first member goes on its logical line
+    "backslash_header": CLASS_IN_RUNS.replace("class A:\n", "class A: \\\n"),
+    # a run's last line joined to the next run's first line (its line break deleted)
+    "joined": CLASS_IN_RUNS.replace("        return 2\nprint(A)", "        return 2print(A)"),
     # the same, with a comment line at column 0 before the member (a run may start with one)
     "after_a_comment": CLASS_IN_RUNS.replace("    def f(self):\n        return 1",
                                              "# note\n      def f(self):\n          return 1"),
@@ -530,6 +542,26 @@ def test_a_region_that_parses_alone_but_not_between_its_neighbours_is_refused(mo
     assert str(kept.value) == str(fresh.value)
     # mended: cut incrementally again, against the last text that parsed
     assert parts.respan(runs, CLASS_IN_RUNS.replace("z = 1", "z = 2"), lint_source_module._run_tree, 1) is not None
+
+
+LEFT_WHOLE = {
+    # a lone CR ends a line for Python and libcst, not for the cuts (which count on \n)
+    "lone_cr": CLASS_IN_RUNS.replace("    z = 1\n", "    z = 1\r    y = 2\n"),
+    # a line of only a backslash: libcst counts the lines after it one short of Python
+    "backslash_line": CLASS_IN_RUNS.replace("        return 1\n", "        x = 1\n\\\n        return 1\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEFT_WHOLE))
+def test_texts_the_incremental_cut_leaves_to_the_whole_file(monkeypatch, name):
+    monkeypatch.setattr(lint_source_module, "REUSED_PART_CHARS", 1)
+    monkeypatch.setattr(lint_source_module, "NESTING_SCREEN", -1)
+    runs = parts.Runs()
+    lint_source_module.facts_of(CLASS_IN_RUNS.encode(), "buffer.py", None, runs)
+    edited = LEFT_WHOLE[name]
+    assert parts.respan(runs, edited, lint_source_module._run_tree, 1) is None
+    assert lint_source_module.facts_of(edited.encode(), "buffer.py", None, runs) == lint_source_module.facts_of(
+        edited.encode(), "buffer.py")
 
 
 @pytest.mark.parametrize("seed", [7, 11, 12])

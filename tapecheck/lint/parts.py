@@ -54,6 +54,8 @@ def split(text: str, tree, limit: int | None = None) -> list[Span] | None:
         return None
     if "\r" in text:
         return None  # Python and libcst count lines alike on \n only: old Mac/Windows files parse whole
+    if _BACKSLASH_LINE.search(text):
+        return None  # after a line of only a backslash libcst counts one line fewer than Python: whole
     line_starts = [0]
     line_starts.extend(m.end() for m in re.finditer("\n", text))
 
@@ -127,11 +129,6 @@ class Runs:
 
     def __len__(self) -> int:
         return len(self.trees)
-
-    def clear(self) -> None:
-        self.trees.clear()
-        self.facts.clear()
-        self.text, self.spans = None, []
 
     def parts(self) -> Iterator[Part]:
         """The last lint's runs, in file order, with their positions."""
@@ -217,25 +214,24 @@ def respan(runs: Runs, text: str, check, limit: int) -> list[Span] | None:
     start, end = spans[first].start, spans[last].end + grown
     header = spans[first].header
     region = header + text[start:end]
-    if not text[start:end].strip():
-        return None
+    if not text[start:end].strip() or _BACKSLASH_LINE.search(region):
+        return None  # nothing left; or a line of only a backslash, where libcst counts lines unlike Python
     tree = check(region)
     if tree is None or not tree.body:
         return None
     lines = _Lines(region)
-    if header:
-        klass = tree.body[0]
-        if type(klass).__name__ != "ClassDef" or not klass.body:
-            return None
-        member = _first_line(klass.body[0])
-        if member <= header.count("\n") or lines.indent(member) != _statement_indent(old, spans[first].start):
+    if header:  # the region starts with the header: its first statement is that class
+        member = _first_line(tree.body[0].body[0])
+        if (member <= header.count("\n") or lines.continued(member)
+                or lines.indent(member) != _statement_indent(old, spans[first].start)):
             return None
     if last + 1 < len(spans) and spans[last + 1].header:
         klass = tree.body[-1]
         if type(klass).__name__ != "ClassDef" or not klass.body:
             return None
         member = _first_line(klass.body[0])
-        if member == klass.lineno or lines.indent(member) != _statement_indent(old, spans[last + 1].start):
+        if (member == klass.lineno or lines.continued(member)  # `class A: \` then the body: one logical line
+                or lines.indent(member) != _statement_indent(old, spans[last + 1].start)):
             return None
     cut = split(region, tree, limit)
     base = spans[first].lines_before
@@ -287,11 +283,12 @@ class _Lines:
     def indent(self, line: int) -> str:
         return _indent(self.text, self.starts[line - 1])
 
-    def between(self, first: int, last: int) -> str:
-        """The text of lines first..last-1 (what `split` repeats as a class header)."""
-        return self.text[self.starts[first - 1]:self.starts[last - 1]]
+    def continued(self, line: int) -> bool:
+        """Whether the line before `line` ends with a backslash (`line` goes on its logical line)."""
+        return line > 1 and self.text[self.starts[line - 1] - 2:self.starts[line - 1] - 1] == "\\"
 
 
+_BACKSLASH_LINE = re.compile(r"^[ \t]*\\\n", re.M)
 _CHUNK = 4096
 
 
