@@ -201,7 +201,8 @@ def test_what_runs_cannot_tell_is_asked_of_the_whole_file(monkeypatch, source, c
 # -- the language server ----------------------------------------------------------------------
 def test_the_server_gives_the_fixes_of_a_fresh_lint_after_each_edit(monkeypatch, tmp_path):
     """`lint_snapshot` of a buffer with fixable findings, edit after edit, its runs kept: the
-    diagnostics and their fixes (as the editor's edits) are those of a lint with nothing kept."""
+    diagnostics and their fixes (as the editor's edits) are those of a lint with nothing kept
+    (the whole file parsed, the fixers on its tree)."""
     from test_parts import _edits
 
     from tapecheck.lint.config import Settings
@@ -228,8 +229,10 @@ def test_the_server_gives_the_fixes_of_a_fresh_lint_after_each_edit(monkeypatch,
     for version, body in enumerate(_edits(text, 16, seed=7), 1):
         kept = lint(version, body)
         assert linting._trees.get(uri) is not None or kept.problem is not None
-        fresh = lint(version, body, key=uri + "#fresh")
-        linting.forget(uri + "#fresh")
+        with monkeypatch.context() as whole:  # nothing kept: the whole file parsed, its fixers on its tree
+            whole.setattr(linting, "KEEP_TREES_CHARS", -1)
+            fresh = lint(version, body, key=uri + "#fresh")
+        assert uri + "#fresh" not in linting._trees
         assert shown(kept) == shown(fresh)
         with_fixes += sum(1 for item in kept.located if item.fix)
     assert with_fixes >= 16

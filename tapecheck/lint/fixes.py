@@ -702,13 +702,21 @@ def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=N
         return list(findings)
     try:
         text = SourceText.from_bytes(source).text
-        # the runs of this text only: a store whose last lint that parsed was of another text
-        # (this one was parsed whole, e.g. after a cut libcst refused) has nothing to say here
-        kept = list(runs.parts()) if runs is not None and runs.text == text and facts is not None and parsed is None else []
-        on_runs = _RunsTree(text, kept, facts) if kept else None
-        tree = None if kept else _Tree(text, path, parsed, facts)
     except Exception:  # noqa: BLE001 - a fix is optional: a file we cannot re-read gets none
         return list(findings)
+    on_runs = tree = None
+    # the runs of this text only: a store whose last lint that parsed was of another text
+    # (this one was parsed whole, e.g. after a cut libcst refused) has nothing to say here
+    if runs is not None and runs.text == text and facts is not None and parsed is None:
+        try:
+            on_runs = _RunsTree(text, list(runs.parts()), facts)
+        except Exception:  # noqa: BLE001 - the runs cannot say: the whole file's tree, as below
+            on_runs = None
+    if on_runs is None:
+        try:
+            tree = _Tree(text, path, parsed, facts)
+        except Exception:  # noqa: BLE001 - a fix is optional: a file we cannot parse again gets none
+            return list(findings)
     out = []
     for finding in findings:
         fixer = FIXERS.get(finding.code)
