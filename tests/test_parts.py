@@ -255,6 +255,12 @@ def test_parsed_runs_reused_across_edits_give_the_facts_of_a_fresh_lint(monkeypa
 
 
 REUSE_SCENARIOS = {  # successive texts of a buffer, each run a statement (or a class member)
+    # an `if` whose test's span starts at order 0 (the file's first event), then a run added above it
+    "if_first_then_moved_down": ["if 0:\n    pass\ny = 1\n", "w = 0\nif 0:\n    pass\ny = 1\n"],
+    # runs moved up to the top (their spans start at order 0), then back down
+    "moved_up_then_down": ["w = v\nx = 1\ny = 2\n", "x = 1\ny = 2\n", "w = v\nx = 1\ny = 2\n"],
+    # a relative import's run reused: what it binds is replayed into the next lint's facts
+    "relative_import_reused": ["from .a import b\nx = 1\n", "from .a import b\nx = 2\n"],
     # a tape made in one run, recorded by a module-level `with` in a later one: that run reads the
     # earlier run's facts and extends its tape, so it is walked at every lint
     "module_with_of_an_earlier_tape": [
@@ -319,6 +325,9 @@ REUSE_SCENARIOS = {  # successive texts of a buffer, each run a statement (or a 
 # how many runs each lint after the first walks: the changed runs, and those whose entry state
 # changed (imports edited above) or that read earlier runs' facts (a module-level `with tape:`)
 WALKED = {
+    "if_first_then_moved_down": [3],  # `w = 0`; the `if`, whose (0, 0) span is no default; `y = 1` after it
+    "moved_up_then_down": [0, 2],  # then `w = v`, and `x = 1`, whose (0, 0) spans are no defaults
+    "relative_import_reused": [1],
     "module_with_of_an_earlier_tape": [3, 3, 3],  # the two `with` runs at every lint, and the changed one
     "class_in_several_runs": [1, 2, 3],  # the method's run; class N's two runs; the three dedented members
     "lambda_below_an_added_line": [1, 1],
