@@ -3,7 +3,10 @@ module of the project is judged as the same class written in the linted file.
 
 `apply_gradients(*zip(...))` is reported unless the optimizer is an instance of a class of the
 project whose own `apply_gradients` may take the pairs unpacked. The imported class and a local
-class are both block 1 of their files: the answer must be the imported class's own.
+class are both block 1 of their files: the answer must be the imported class's own. This guards
+TAP405's lookup of an imported class's method in that class's own model (88cd864: it asked this
+file's `method_of_block` by block id, and answered the local class's method); the model's own
+answer for a block of another file (`owner_of`) is tested in tests/test_model.py.
 """
 
 from __future__ import annotations

@@ -83,6 +83,9 @@ class Tracer:
         # Whether some read met a cut (or a step that decides one: a stop, an index) on its way. The
         # terms of a sum in `span` are judged on the same reads, each under the innermost of the same
         # calls: with no cut met here, none of them meets one, and `_cut_terms` finds nothing to note.
+        # (One read differs: a comprehension's variable, which the whole reads as its iterable's
+        # element and a term judged alone read as the name outside the comprehension. Skipping the
+        # terms there drops what was a false alarm: TAP104's VALID example of a shadowing `x`.)
         met_cut = False
         for name, order, through in reads:
             if is_metadata(name):

@@ -133,6 +133,20 @@ def _hint(cut) -> str:
     return PREDICT_HINT if cut.what.endswith((".predict()`", ".predict_on_batch()`")) else HINT
 
 VALID = [
+    # a sum over a comprehension whose variable shadows a cut name outside it: the `x` summed is
+    # each of `outs`, not `tf.round(out)`
+    """
+import tensorflow as tf
+def step(model, xs, opt):
+    with tf.GradientTape() as tape:
+        out = model(xs, training=True)
+        x = tf.round(out)
+        outs = model(xs, training=True)
+        loss = tf.add_n([out + x for x in outs])
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    return x
+""",
     # DQN: the target is computed from the same network without a gradient, on purpose
     """
 import numpy as np

@@ -166,6 +166,25 @@ def update(which, grads):
 ]
 
 INVALID = [
+    # two nets made by one helper from the same settings (a float rate among them), one optimizer
+    """
+import tensorflow as tf
+rate = 0.3
+width = 64
+def make(units, drop):
+    return tf.keras.Sequential([tf.keras.layers.Dense(units), tf.keras.layers.Dropout(drop), tf.keras.layers.Dense(1)])
+gen = make(width, rate)
+disc = make(width, rate)
+opt = tf.keras.optimizers.Adam(1e-4)
+def train(batches, loss_fn):
+    for x in batches:
+        with tf.GradientTape() as tape:
+            d_loss = loss_fn(disc(gen(x, training=True), training=True))
+        opt.apply_gradients(zip(tape.gradient(d_loss, disc.trainable_variables), disc.trainable_variables))
+        with tf.GradientTape() as tape:
+            g_loss = -loss_fn(disc(gen(x, training=True), training=True))
+        opt.apply_gradients(zip(tape.gradient(g_loss, gen.trainable_variables), gen.trainable_variables))  # expect: TAP404
+""",
     # `self.optimizer` in two methods of a trainer, the discriminator's called first
     """
 import tensorflow as tf
