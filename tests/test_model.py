@@ -805,3 +805,33 @@ def test_arguments_are_mapped_to_parameters_by_position_or_keyword_not_by_span()
             fn = fns[call.func.text.rpartition(".")[2]]
             expected = {"scale": ["a", "b"], "pad": ["a", "c"], "run": ["a", "b"]}[fn.name]
             assert [m.parameter_of(call, fn, key) for key, _, _ in call.arg_spans] == expected
+
+
+def test_a_kept_model_of_an_imported_file_is_built_again_when_a_file_it_imports_changes(tmp_path):
+    """The models of a project's imported files are kept between lints in one process (the
+    language server's): `models.py` unchanged, but `layers.py` it imports changed from `tf.round`
+    to `tf.nn.relu`. The summary of `forward` that `models`'s kept model worked out through
+    `layers.quant` must not survive the change: the lint after it is a fresh process's."""
+    import os
+
+    from tapecheck.lint import lint_paths
+
+    (tmp_path / "layers.py").write_text("import tensorflow as tf\n\n\ndef quant(x):\n    return tf.round(x)\n")
+    (tmp_path / "models.py").write_text("from layers import quant\n\n\ndef forward(model, x):\n    return quant(model(x))\n")
+    (tmp_path / "train.py").write_text(
+        "import tensorflow as tf\nfrom models import forward\n\n\ndef step(model, x, y, opt):\n"
+        "    with tf.GradientTape() as tape:\n        loss = tf.reduce_mean(forward(model, x) - y)\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    opt.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    train = str(tmp_path / "train.py")
+
+    def codes():
+        return [f.code for f in lint_paths([train], jobs=1, cache=False).findings]
+
+    assert codes() == ["TAP104"]
+    layers = tmp_path / "layers.py"
+    layers.write_text("import tensorflow as tf\n\n\ndef quant(x):\n    return tf.nn.relu(x)  # differentiable\n")
+    stamp = os.stat(layers).st_mtime_ns + 10**9
+    os.utime(layers, ns=(stamp, stamp))  # a later stamp, however coarse the file system's clock
+    assert codes() == []

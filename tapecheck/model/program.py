@@ -12,6 +12,7 @@ from its facts (`tapecheck.lint.source.facts_of`).
 from __future__ import annotations
 
 import os
+import weakref
 from bisect import bisect_left, bisect_right
 
 from tapecheck.lint.facts import LAMBDA, Block, FileFacts
@@ -66,8 +67,12 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         self._assigned_leaves: frozenset[str] | None = None  # loss_constructions: last parts of plain assignments' targets
         # the files this file's imports read (`_load`): set by `model_of` for the file being linted,
         # whose model lives for its lint only; None for another file's model (`load_module`), kept
-        # across lints, which asks `load_module` each time (its stamp check sees a changed file)
+        # across lints, which asks `load_module` each time (its stamp check sees a changed file, and
+        # `_imports_unchanged` a change in a file it imports)
         self._loaded: dict | None = None
+        # a kept model's imports (`load_module` sets it to {}): (module, relative) -> a weak reference
+        # to the model `load_module` gave for it (None: not found); `_imports_unchanged` checks them
+        self._deps: dict | None = None
         self._recording: dict[int, list] = {}  # block id -> the tapes recording there (`recording`)
         self._loops_around: dict[int, list] = {}  # block id -> the loops holding it in its scope (`loops_around`)
         self.differences = frozenset(facts.differences)  # the order spans of the sums that subtract a term
@@ -227,7 +232,10 @@ class ProgramModel(Bindings, Calls, KerasKinds, Summaries, Tapes):
         (each asking stats the file; the names of a file ask hundreds of times)."""
         loaded = self._loaded
         if loaded is None:
-            return load_module(self.facts.path, module, relative)
+            found = load_module(self.facts.path, module, relative)
+            if self._deps is not None:  # what this kept model's answers (its memos) now rest on
+                self._deps[(module, relative)] = weakref.ref(found) if found is not None else None
+            return found
         key = (module, relative)
         if key not in loaded:
             loaded[key] = load_module(self.facts.path, module, relative)
@@ -246,11 +254,37 @@ def spans_of(facts: FileFacts) -> Spans:
 
 def model_of(facts: FileFacts) -> ProgramModel:
     """The model of `facts`, built once per file however many rules ask."""
+    global _generation
     model = facts.model
     if model is None:
         model = facts.model = ProgramModel(facts)
         model._loaded = {}  # closed with the file's lint (`close`): the imported files are asked once
+        _generation += 1  # a new lint: kept models' imports are checked again (`_imports_unchanged`)
     return model
+
+
+_generation = 0  # counts the files linted in this process (`model_of`)
+_checked: dict[str, int] = {}  # a kept model's path -> the generation its imports were last found unchanged
+_checking: set[str] = set()  # the paths being checked now (an import cycle: taken as unchanged)
+
+
+def _imports_unchanged(path: str, model: "ProgramModel | None") -> bool:
+    """Whether every module a kept model has asked for is still the model it was given then. Its
+    own file unchanged (the stamp) is not enough: its memos hold answers worked out from the
+    files it imports (a summary of `forward` through `layers.quant`), which may have changed since.
+    Checked once per lint per model; `load_module` of each import checks that one's in turn."""
+    if model is None or not model._deps or _checked.get(path) == _generation or path in _checking:
+        return True
+    _checking.add(path)
+    try:
+        for (module, relative), ref in list(model._deps.items()):
+            found = load_module(path, module, relative)
+            if (ref() if ref is not None else None) is not found:
+                return False
+    finally:
+        _checking.discard(path)
+    _checked[path] = _generation
+    return True
 
 
 def load_module(importer: str, module: str, relative: bool) -> "ProgramModel | None":
@@ -264,7 +298,7 @@ def load_module(importer: str, module: str, relative: bool) -> "ProgramModel | N
         return None
     stamp = (stat.st_mtime_ns, stat.st_size)
     cached = _modules.get(path)
-    if cached is not None and cached[0] == stamp:
+    if cached is not None and cached[0] == stamp and _imports_unchanged(path, cached[1]):
         return cached[1]
     other = None
     if stat.st_size <= MAX_MODULE_BYTES:
@@ -275,6 +309,7 @@ def load_module(importer: str, module: str, relative: bool) -> "ProgramModel | N
             with open(path, "rb") as handle:
                 facts = facts_of(handle.read(), path)
             other = ProgramModel(facts)
+            other._deps = {}
         except Exception:  # noqa: BLE001 - a file that cannot be read or parsed informs nothing
             other = None
     if len(_modules) >= MAX_MODULES:
