@@ -104,7 +104,7 @@ def _trees(source: bytes, name: str):
     facts = lint_source_module.facts_of(source, name, None, runs)
     found = lint_python(source, name, trees=runs)
     text = fixes.SourceText.from_bytes(source).text
-    return fixes._RunsTree(text, runs.parts(), facts), fixes._Tree(text, name, None, facts), runs, found
+    return fixes._RunsTree(text, runs, facts), fixes._Tree(text, name, None, facts), runs, found
 
 
 def test_each_fixer_on_runs_answers_as_on_the_whole_file(cut):
@@ -125,8 +125,9 @@ def test_each_fixer_on_runs_answers_as_on_the_whole_file(cut):
 
 
 def test_each_run_starts_where_its_span_does(cut):
-    """A run that goes on with a class starts with a copy of its header: the runs tree works out
-    how many lines of the run's tree that copy takes, which `Span.lines_before` accounts for."""
+    """A run that goes on with a class starts with a copy of its header: the runs tree places each
+    run's own text after that copy (`Span.header`'s lines) and `Span.lines_before`, where the file
+    has it (counted here from the span's start)."""
     continued = 0
     for name, source in FIXABLE:
         on_runs, _, runs, _ = _trees(source, name)
@@ -254,7 +255,7 @@ def test_every_node_by_place_is_the_whole_files(cut):
         for (line, col), nodes in sorted(whole._by_start.items()):
             for kind in {node.__class__ for node in nodes} - {cst.Module}:
                 expected = [whole.start(node) + whole.end(node) for node in whole.nodes_at(kind, line, col)]
-                for tree in (on_runs, fixes._RunsTree(text, runs.parts(), on_runs.facts)):
+                for tree in (on_runs, fixes._RunsTree(text, runs, on_runs.facts)):
                     try:
                         got = tree.nodes_at(kind, line, col)
                         answer = [tree.start(node) + tree.end(node) for node in got]

@@ -238,24 +238,22 @@ class _RunsTree(_Tree):
     (no fixer asks for one by place).
     """
 
-    def __init__(self, text: str, parts, facts):
+    def __init__(self, text: str, runs, facts):
         import libcst as cst
-
-        from tapecheck.lint.fastcst import Positions
 
         self.cst = cst
         self.text = text
         self.facts = facts
         self._calls_at = None
-        self._parts = list(parts)
+        self._parts = list(runs.parts())  # each with its positions, worked out when it was parsed
         seen: dict[int, int] = {}
         for part in self._parts:
             seen[id(part.module)] = seen.get(id(part.module), 0) + 1
         self._shared = {key for key, count in seen.items() if count > 1}
-        self._positions = [part.positions if part.positions is not None else Positions(part.module) for part in self._parts]
-        # the lines of each run's tree that are a copied class header (0 for most runs), and the
+        self._positions = [part.positions for part in self._parts]
+        # how many lines of each run's tree are the class header it copies (0 for most runs), and the
         # file line where each run's own text starts
-        self._header = [self._header_lines(index) for index in range(len(self._parts))]
+        self._header = [span.header.count("\n") for span in runs.spans]
         self._firsts = [part.lines_before + header + 1 for part, header in zip(self._parts, self._header)]
         self._parents: dict = {}
         self._run_of: dict = {}  # node -> the index of its run, for the runs indexed
@@ -273,18 +271,6 @@ class _RunsTree(_Tree):
     def lines(self) -> list[str]:  # the file's lines, as `_Tree`'s (asked by few fixers)
         starts = _line_starts(self.text)
         return [self.text[a:b] for a, b in zip(starts, starts[1:] + [len(self.text)]) if a < b]
-
-    def _header_lines(self, index: int) -> int:
-        """How many lines of run `index`'s tree are the copied class header it goes on with: its
-        own text starts with its first statement (a member of the class, or its first decorator)."""
-        part = self._parts[index]
-        if not part.continues_class:
-            return 0
-        first = part.module.body[0].body.body[0]
-        positions = self._positions[index]
-        lines = [positions[first].start.line]
-        lines.extend(positions[decorator.decorator].start.line for decorator in getattr(first, "decorators", ()))
-        return min(lines) - 1
 
     def _run(self, line: int) -> int:
         """The index of the run whose own text holds file line `line`."""
@@ -709,7 +695,7 @@ def attach_fixes(source: bytes, path: str, findings: Sequence[Finding], parsed=N
     # (this one was parsed whole, e.g. after a cut libcst refused) has nothing to say here
     if runs is not None and runs.text == text and facts is not None and parsed is None:
         try:
-            on_runs = _RunsTree(text, list(runs.parts()), facts)
+            on_runs = _RunsTree(text, runs, facts)
         except Exception:  # noqa: BLE001 - the runs cannot say: the whole file's tree, as below
             on_runs = None
     if on_runs is None:

@@ -123,13 +123,8 @@ def _check_nesting(source: bytes):
     tokens_before = list(accumulate(nesting_tokens_per_line(source), initial=0))
     if tokens_before[-1] <= NESTING_SCREEN:
         return None  # no expression nests deeper than the operators, brackets and keywords it holds
-    import ast
-    import warnings
-
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SyntaxWarnings (invalid escapes) are not ours to print
-            tree = ast.parse(source)
+        tree = _python_tree(source)
     except SyntaxError as exc:
         if "too many nested parentheses" in str(exc.msg) or "too many levels of indentation" in str(exc.msg):
             raise LintError(f"syntax error at line {exc.lineno}: {exc.msg}") from None
@@ -141,6 +136,16 @@ def _check_nesting(source: bytes):
     # Python also ends lines at a lone CR: then ast's line numbers do not count the lines split on \\n.
     _check_depth(tree, tokens_before, b"\r" not in source)
     return tree
+
+
+def _python_tree(source: bytes | str):
+    """Python's `ast` of `source`; SyntaxWarnings (invalid escapes) are not ours to print."""
+    import ast
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(source)
 
 
 def _check_depth(tree, tokens_before: list[int], bounded: bool) -> None:
@@ -168,13 +173,8 @@ def _run_tree(text: str):
     """Python's `ast` of one run of a file (`parts.respan`), checked as `_check_nesting` checks a
     file; None when it is not valid Python alone, or is nested too deeply (the whole file's check
     then says why)."""
-    import ast
-    import warnings
-
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(text)
+        tree = _python_tree(text)
         _check_depth(tree, list(accumulate(nesting_tokens_per_line(text.encode("utf-8", "surrogatepass")), initial=0)), True)
     except (SyntaxError, ValueError, RecursionError, MemoryError, LintError):
         return None
@@ -183,13 +183,8 @@ def _run_tree(text: str):
 
 def _syntax_error_message(source: bytes, exc) -> str:
     """Python's own message when it has one: it points at the right place more often than libcst."""
-    import ast
-    import warnings
-
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(source)
+        _python_tree(source)
     except SyntaxError as syntax:
         return f"syntax error at line {syntax.lineno}, column {syntax.offset or 1}: {syntax.msg}"
     except (ValueError, RecursionError, MemoryError):
